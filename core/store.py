@@ -1,0 +1,162 @@
+"""The stream store: every topic's stream, their metadata, and the tasks that flush them.
+
+Handlers talk to the store only; the store owns a nursery in which each segment's flusher
+runs. `run` opens (and recovers) everything, `stop` drains queued writes and closes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import uuid
+from dataclasses import dataclass
+
+import trio
+
+from .errors import ErrorCode
+from .metadata import SegmentRecord, SQLiteMetadataStore, TopicRecord
+from .segments.log import SegmentLog
+from .stream import Stream
+
+log = logging.getLogger(__name__)
+
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+MAX_PARTITIONS_PER_TOPIC = 1_000_000
+
+
+@dataclass(slots=True)
+class StoreSettings:
+    data_dir: str
+    default_partitions: int = 1
+    auto_create_topics: bool = True
+
+
+class TopicError(Exception):
+    def __init__(self, error_code: int, message: str) -> None:
+        super().__init__(message)
+        self.error_code = error_code
+
+
+def validate_topic_name(name: str | None) -> None:
+    if not name or name in (".", "..") or not _LEGAL_TOPIC.match(name):
+        raise TopicError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"illegal topic name {name!r}")
+
+
+class StreamStore:
+    def __init__(self, settings: StoreSettings) -> None:
+        self.settings = settings
+        self.streams: dict[str, Stream] = {}
+        self._metadata: SQLiteMetadataStore | None = None
+        self._nursery: trio.Nursery | None = None
+        self._stopping = trio.Event()
+        self.cluster_id = ""
+
+    @property
+    def metadata(self) -> SQLiteMetadataStore:
+        assert self._metadata is not None, "store is not running"
+        return self._metadata
+
+    async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Open and recover the store, then keep segment flushers running until `stop`."""
+        os.makedirs(self._streams_dir, exist_ok=True)
+        self._metadata = SQLiteMetadataStore(os.path.join(self.settings.data_dir, "metadata.db"))
+        self.cluster_id = self._load_cluster_id()
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                for record in self._metadata.load_topics():
+                    self._open_stream(record)
+                self._remove_orphan_directories()
+                log.info("store open: %d topics in %s", len(self.streams), self.settings.data_dir)
+                task_status.started()
+                await self._stopping.wait()
+                for stream in self.streams.values():
+                    for segment in stream.segments.values():
+                        segment.close()
+        finally:
+            self._metadata.close()
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    @property
+    def _streams_dir(self) -> str:
+        return os.path.join(self.settings.data_dir, "streams")
+
+    def _load_cluster_id(self) -> str:
+        path = os.path.join(self.settings.data_dir, "cluster_id")
+        if not os.path.exists(path):
+            tmp = path + ".tmp"
+            with open(tmp, "w") as f:
+                f.write(uuid.uuid4().hex[:22])
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        with open(path) as f:
+            return f.read().strip()
+
+    def _open_stream(self, record: TopicRecord) -> Stream:
+        stream = Stream(record, os.path.join(self._streams_dir, record.topic_id.hex))
+        for segment in stream.open_segments():
+            assert self._nursery is not None
+            self._nursery.start_soon(_run_flusher, segment)
+        self.streams[record.name] = stream
+        return stream
+
+    def _remove_orphan_directories(self) -> None:
+        """Drop stream folders whose topic is gone (a crash in the middle of a delete)."""
+        known = {stream.record.topic_id.hex for stream in self.streams.values()}
+        for entry in os.listdir(self._streams_dir):
+            if entry not in known:
+                shutil.rmtree(os.path.join(self._streams_dir, entry), ignore_errors=True)
+
+    # --- topics ------------------------------------------------------------------------
+
+    def get(self, name: str) -> Stream | None:
+        return self.streams.get(name)
+
+    def create_topic(self, name: str, partitions: int = -1,
+                     configs: dict[str, str] | None = None) -> Stream:
+        """Create a topic with one segment owning all its partitions. Raises TopicError."""
+        validate_topic_name(name)
+        if name in self.streams:
+            raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+        if partitions == -1:
+            partitions = self.settings.default_partitions
+        if not 1 <= partitions <= MAX_PARTITIONS_PER_TOPIC:
+            raise TopicError(ErrorCode.INVALID_PARTITIONS,
+                             f"partitions must be 1..{MAX_PARTITIONS_PER_TOPIC}")
+        record = TopicRecord(name, uuid.uuid4(), partitions, dict(configs or {}),
+                             segments=[SegmentRecord(0, 0, 0, partitions - 1)])
+        self.metadata.create_topic(record)
+        log.info("created topic %s with %d partitions", name, partitions)
+        return self._open_stream(record)
+
+    def get_or_create(self, name: str) -> Stream | None:
+        """The topic, auto-created with the default partition count if allowed."""
+        stream = self.streams.get(name)
+        if stream is None and self.settings.auto_create_topics:
+            stream = self.create_topic(name)
+        return stream
+
+    def delete_topic(self, name: str) -> None:
+        stream = self.streams.get(name)
+        if stream is None:
+            raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}")
+        self.metadata.delete_topic(name)
+        del self.streams[name]
+        stream.close()
+        shutil.rmtree(stream.directory, ignore_errors=True)
+        log.info("deleted topic %s", name)
+
+    def allocate_producer_id(self) -> int:
+        return self.metadata.next_counter("producer_id")
+
+
+async def _run_flusher(segment: SegmentLog) -> None:
+    try:
+        await segment.run_flusher()
+    finally:
+        segment.release()

@@ -1,0 +1,73 @@
+"""Wires the store and the TCP server together and runs them until SIGINT/SIGTERM."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+from dataclasses import dataclass
+
+import trio
+
+from core.store import StoreSettings, StreamStore
+from gateway.handlers.context import GatewayContext
+from gateway.server import Gateway, ServerSettings
+
+log = logging.getLogger("streamgate")
+
+
+@dataclass(slots=True)
+class Settings:
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 9092
+    data_dir: str = "./data"
+    advertised_host: str | None = None
+    advertised_port: int | None = None
+    default_partitions: int = 1
+    auto_create_topics: bool = True
+    max_request_bytes: int = 100 * 1024 * 1024
+    max_message_bytes: int = 8 * 1024 * 1024
+
+
+async def serve(settings: Settings) -> None:
+    store = StreamStore(StoreSettings(settings.data_dir, settings.default_partitions,
+                                      settings.auto_create_topics))
+    async with trio.open_nursery() as root:
+        await root.start(store.run)
+        try:
+            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async with trio.open_nursery() as server_nursery:
+                    listeners = await server_nursery.start(
+                        _serve_tcp, settings, store, server_nursery
+                    )
+                    port = listeners[0].socket.getsockname()[1]
+                    log.info("streamgate listening on %s:%d (data in %s)",
+                             settings.listen_host, port, settings.data_dir)
+                    async for signum in signals:
+                        log.info("received %s, shutting down", signal.Signals(signum).name)
+                        server_nursery.cancel_scope.cancel()
+                        break
+        finally:
+            store.stop()  # flushers drain what is queued, then the store closes
+
+
+async def _serve_tcp(settings: Settings, store: StreamStore, nursery: trio.Nursery,
+                     task_status: trio.TaskStatus[list[trio.SocketListener]]) -> None:
+    listeners = await trio.open_tcp_listeners(settings.listen_port, host=settings.listen_host)
+    port = listeners[0].socket.getsockname()[1]
+    ctx = GatewayContext(
+        store=store,
+        advertised_host=settings.advertised_host or _default_advertised_host(settings.listen_host),
+        advertised_port=settings.advertised_port or port,
+        max_message_bytes=settings.max_message_bytes,
+    )
+    gateway = Gateway(ctx, ServerSettings(max_request_bytes=settings.max_request_bytes))
+    task_status.started(listeners)
+    await trio.serve_listeners(gateway.handle_connection, listeners, handler_nursery=nursery)
+
+
+def _default_advertised_host(listen_host: str) -> str:
+    """Clients need a reachable name: a wildcard bind advertises this machine's hostname."""
+    if listen_host in ("", "0.0.0.0", "::"):
+        return socket.gethostname()
+    return listen_host

@@ -1,0 +1,92 @@
+"""The `streamgate` command line. Every option can also come from a STREAMGATE_* variable."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+import trio
+
+from gateway.app import Settings, serve
+
+
+def _host_port(value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit():
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {value!r}")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def _bool(value: str) -> bool:
+    lowered = value.lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
+
+
+def _env(name: str, default: str | None = None) -> str | None:
+    return os.environ.get(f"STREAMGATE_{name}", default)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="streamgate", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve_cmd = commands.add_parser("serve", help="run the Kafka-protocol gateway")
+    serve_cmd.add_argument("--listen", type=_host_port,
+                           default=_host_port(_env("LISTEN", "127.0.0.1:9092")),
+                           help="address to listen on (STREAMGATE_LISTEN, default 127.0.0.1:9092)")
+    serve_cmd.add_argument("--data-dir", default=_env("DATA_DIR", "./data"),
+                           help="where the log and metadata live (STREAMGATE_DATA_DIR)")
+    advertised = _env("ADVERTISED_LISTENER")
+    serve_cmd.add_argument("--advertised-listener", type=_host_port,
+                           default=_host_port(advertised) if advertised else None,
+                           help="host:port given to clients (STREAMGATE_ADVERTISED_LISTENER)")
+    serve_cmd.add_argument("--default-partitions", type=int,
+                           default=int(_env("DEFAULT_PARTITIONS", "1") or 1),
+                           help="partitions of auto-created topics (STREAMGATE_DEFAULT_PARTITIONS)")
+    serve_cmd.add_argument("--auto-create-topics", type=_bool,
+                           default=_bool(_env("AUTO_CREATE_TOPICS", "true") or "true"),
+                           help="create unknown topics on produce/metadata "
+                                "(STREAMGATE_AUTO_CREATE_TOPICS)")
+    serve_cmd.add_argument("--max-request-bytes", type=int,
+                           default=int(_env("MAX_REQUEST_BYTES", str(100 * 1024 * 1024)) or 0),
+                           help="largest request accepted (STREAMGATE_MAX_REQUEST_BYTES)")
+    serve_cmd.add_argument("--max-message-bytes", type=int,
+                           default=int(_env("MAX_MESSAGE_BYTES", str(8 * 1024 * 1024)) or 0),
+                           help="largest record batch accepted (STREAMGATE_MAX_MESSAGE_BYTES)")
+    serve_cmd.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"),
+                           help="DEBUG, INFO, WARNING (STREAMGATE_LOG_LEVEL)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    if args.command == "serve":
+        advertised_host, advertised_port = args.advertised_listener or (None, None)
+        settings = Settings(
+            listen_host=args.listen[0],
+            listen_port=args.listen[1],
+            data_dir=args.data_dir,
+            advertised_host=advertised_host,
+            advertised_port=advertised_port,
+            default_partitions=args.default_partitions,
+            auto_create_topics=args.auto_create_topics,
+            max_request_bytes=args.max_request_bytes,
+            max_message_bytes=args.max_message_bytes,
+        )
+        os.makedirs(settings.data_dir, exist_ok=True)
+        trio.run(serve, settings)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,136 @@
+"""ApiVersions, Metadata, CreateTopics, DeleteTopics, InitProducerId."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from core.errors import ErrorCode
+from core.store import TopicError, validate_topic_name
+from gateway.protocol.apis import SUPPORTED_APIS
+from gateway.protocol.codec import RequestHeader
+
+from .context import ZERO_UUID, GatewayContext
+
+log = logging.getLogger(__name__)
+
+# Producer epochs are int16; past this a re-initialising producer gets a fresh id.
+_MAX_PRODUCER_EPOCH = 32767
+
+
+def api_versions_body(error_code: int = ErrorCode.NONE) -> dict[str, Any]:
+    return {
+        "error_code": error_code,
+        "api_keys": [
+            {"api_key": key, "min_version": s.advertised_min, "max_version": s.max_version}
+            for key, s in sorted(SUPPORTED_APIS.items())
+        ],
+    }
+
+
+async def api_versions(ctx: GatewayContext, header: RequestHeader, body: Any) -> dict[str, Any]:
+    return api_versions_body()
+
+
+def _broker(ctx: GatewayContext) -> dict[str, Any]:
+    return {"node_id": ctx.node_id, "host": ctx.advertised_host, "port": ctx.advertised_port}
+
+
+def _topic_metadata(ctx: GatewayContext, name: str, partitions: int) -> dict[str, Any]:
+    nodes = [ctx.node_id]
+    return {
+        "error_code": ErrorCode.NONE,
+        "name": name,
+        "topic_id": ZERO_UUID,  # name-based clients only: keeps Fetch/Produce on names
+        "partitions": [
+            {"error_code": ErrorCode.NONE, "partition_index": i, "leader_id": ctx.node_id,
+             "leader_epoch": 0, "replica_nodes": nodes, "isr_nodes": nodes}
+            for i in range(partitions)
+        ],
+    }
+
+
+async def metadata(ctx: GatewayContext, header: RequestHeader, body: Any) -> dict[str, Any]:
+    store = ctx.store
+    # v0 sends [] for "all topics"; v1+ sends null.
+    requested = body.topics
+    auto_create = getattr(body, "allow_auto_topic_creation", True)
+    topics = []
+    if requested is None or (header.api_version == 0 and not requested):
+        for stream in store.streams.values():
+            topics.append(_topic_metadata(ctx, stream.name, stream.partition_count))
+    else:
+        for item in requested:
+            name = item.name
+            try:
+                validate_topic_name(name)
+                stream = store.get_or_create(name) if auto_create else store.get(name)
+            except TopicError as exc:
+                topics.append({"error_code": exc.error_code, "name": name, "topic_id": ZERO_UUID})
+                continue
+            if stream is None:
+                topics.append({"error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "name": name,
+                               "topic_id": ZERO_UUID})
+            else:
+                topics.append(_topic_metadata(ctx, stream.name, stream.partition_count))
+    return {
+        "brokers": [_broker(ctx)],
+        "cluster_id": store.cluster_id,
+        "controller_id": ctx.node_id,
+        "topics": topics,
+    }
+
+
+async def create_topics(ctx: GatewayContext, header: RequestHeader, body: Any) -> dict[str, Any]:
+    results = []
+    for topic in body.topics:
+        partitions = len(topic.assignments) if topic.assignments else topic.num_partitions
+        configs = {c.name: c.value for c in topic.configs if c.value is not None}
+        result: dict[str, Any] = {"name": topic.name, "error_code": ErrorCode.NONE,
+                                  "num_partitions": -1, "replication_factor": -1}
+        try:
+            # Durability comes from fsync and tier 2, not replicas: any factor is accepted.
+            if topic.replication_factor == 0 or topic.replication_factor < -1:
+                raise TopicError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                                 "replication factor must be -1 or positive")
+            if getattr(body, "validate_only", False):
+                validate_topic_name(topic.name)
+                if topic.name in ctx.store.streams:
+                    raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, "topic already exists")
+            else:
+                stream = ctx.store.create_topic(topic.name, partitions, configs)
+                result["num_partitions"] = stream.partition_count
+                result["replication_factor"] = 1
+        except TopicError as exc:
+            result["error_code"] = exc.error_code
+            result["error_message"] = str(exc)
+        results.append(result)
+    return {"topics": results}
+
+
+async def delete_topics(ctx: GatewayContext, header: RequestHeader, body: Any) -> dict[str, Any]:
+    responses = []
+    for name in body.topic_names:
+        try:
+            ctx.store.delete_topic(name)
+            responses.append({"name": name, "error_code": ErrorCode.NONE})
+        except TopicError as exc:
+            responses.append({"name": name, "error_code": exc.error_code,
+                              "error_message": str(exc)})
+    return {"responses": responses}
+
+
+async def init_producer_id(ctx: GatewayContext, header: RequestHeader, body: Any
+                           ) -> dict[str, Any]:
+    if body.transactional_id is not None:
+        log.info("InitProducerId with transactional id %r refused: no transactions",
+                 body.transactional_id)
+        return {"error_code": ErrorCode.INVALID_REQUEST, "producer_id": -1, "producer_epoch": -1}
+    producer_id = getattr(body, "producer_id", -1)
+    epoch = getattr(body, "producer_epoch", -1)
+    if producer_id >= 0 and 0 <= epoch < _MAX_PRODUCER_EPOCH:
+        # KIP-360: an idempotent producer re-initialising after an error keeps its id.
+        return {"error_code": ErrorCode.NONE, "producer_id": producer_id,
+                "producer_epoch": epoch + 1}
+    return {"error_code": ErrorCode.NONE, "producer_id": ctx.store.allocate_producer_id(),
+            "producer_epoch": 0}

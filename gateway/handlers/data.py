@@ -1,0 +1,170 @@
+"""Produce, Fetch and ListOffsets: the data path."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import trio
+
+from core.errors import ErrorCode
+from core.store import TopicError
+from core.stream import AppendResult
+from gateway.protocol.codec import RequestHeader
+from gateway.protocol.fetch_response import PartitionData, encode_fetch_response
+
+from .context import GatewayContext
+
+log = logging.getLogger(__name__)
+
+_VALID_ACKS = (-1, 0, 1)
+_EARLIEST, _LATEST, _MAX_TIMESTAMP = -2, -1, -3
+
+
+async def produce(ctx: GatewayContext, header: RequestHeader, body: Any) -> dict[str, Any] | None:
+    acks = body.acks
+    results: dict[tuple[str, int], AppendResult] = {}
+
+    async def append(stream: Any, name: str, index: int, records: Any) -> None:
+        results[(name, index)] = await stream.append(index, records, acks)
+
+    async with trio.open_nursery() as nursery:
+        for topic in body.topic_data:
+            stream = None
+            error = ErrorCode.NONE
+            if acks not in _VALID_ACKS:
+                error = ErrorCode.INVALID_REQUIRED_ACKS
+            elif body.transactional_id is not None:
+                error = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            else:
+                try:
+                    stream = ctx.store.get_or_create(topic.name)
+                except TopicError as exc:
+                    error = exc.error_code
+                if stream is None and not error:
+                    error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            for part in topic.partition_data:
+                if stream is None:
+                    results[(topic.name, part.index)] = AppendResult(error)
+                elif part.records is not None and len(part.records) > ctx.max_message_bytes:
+                    results[(topic.name, part.index)] = AppendResult(ErrorCode.MESSAGE_TOO_LARGE)
+                else:
+                    # Each append queues its batch before its first await, so all partitions
+                    # of this request land in the same group commit.
+                    nursery.start_soon(append, stream, topic.name, part.index, part.records)
+    if acks == 0:
+        return None
+    return {
+        "responses": [
+            {
+                "name": topic.name,
+                "partition_responses": [
+                    _partition_response(part.index, results[(topic.name, part.index)])
+                    for part in topic.partition_data
+                ],
+            }
+            for topic in body.topic_data
+        ]
+    }
+
+
+def _partition_response(index: int, result: AppendResult) -> dict[str, Any]:
+    return {
+        "index": index,
+        "error_code": result.error,
+        "base_offset": result.base_offset,
+        "log_append_time": -1,
+        "log_start_offset": result.log_start_offset,
+        "error_message": result.message,
+    }
+
+
+async def fetch(ctx: GatewayContext, header: RequestHeader, body: Any) -> bytes:
+    """Read whole batches; long-poll until min_bytes arrive or max_wait passes."""
+    max_wait_s = body.max_wait.total_seconds()
+    max_bytes = getattr(body, "max_bytes", 0x7FFFFFFF)
+    deadline = trio.current_time() + max(0.0, max_wait_s)
+    while True:
+        topics, total, has_error = _read_fetch(ctx, body, max_bytes)
+        if total >= body.min_bytes or has_error or trio.current_time() >= deadline:
+            break
+        if not await _wait_for_data(ctx, body, deadline):
+            topics, total, has_error = _read_fetch(ctx, body, max_bytes)
+            break
+    parts = encode_fetch_response(header.correlation_id, header.api_version, topics)
+    return b"".join(parts)
+
+
+def _read_fetch(ctx: GatewayContext, body: Any, max_bytes: int
+                ) -> tuple[list[tuple[str, list[PartitionData]]], int, bool]:
+    topics = []
+    total = 0
+    has_error = False
+    for topic in body.topics:
+        stream = ctx.store.get(topic.topic)
+        partitions = []
+        for part in topic.partitions:
+            if stream is None:
+                partitions.append(PartitionData(part.partition,
+                                                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                has_error = True
+                continue
+            budget = min(part.partition_max_bytes, max_bytes - total)
+            result = stream.read(part.partition, part.fetch_offset, max(budget, 0),
+                                 first_may_exceed=total == 0)
+            data = PartitionData(part.partition, result.error, result.high_watermark,
+                                 result.log_start_offset, result.batches or [])
+            has_error = has_error or result.error != ErrorCode.NONE
+            total += data.records_size
+            partitions.append(data)
+        topics.append((topic.topic, partitions))
+    return topics, total, has_error
+
+
+async def _wait_for_data(ctx: GatewayContext, body: Any, deadline: float) -> bool:
+    """Wait until any fetched partition gets new data; False if the deadline passed."""
+    event = trio.Event()
+    watched = []
+    for topic in body.topics:
+        stream = ctx.store.get(topic.topic)
+        if stream is None:
+            continue
+        for part in topic.partitions:
+            if stream.has_partition(part.partition):
+                partition = stream.partition(part.partition)
+                partition.add_waiter(event)
+                watched.append(partition)
+    try:
+        with trio.move_on_at(deadline):
+            await event.wait()
+            return True
+        return False
+    finally:
+        for partition in watched:
+            partition.remove_waiter(event)
+
+
+async def list_offsets(ctx: GatewayContext, header: RequestHeader, body: Any) -> dict[str, Any]:
+    topics = []
+    for topic in body.topics:
+        stream = ctx.store.get(topic.name)
+        partitions = []
+        for part in topic.partitions:
+            result: dict[str, Any] = {"partition_index": part.partition_index,
+                                      "timestamp": -1, "offset": -1, "leader_epoch": 0}
+            if stream is None or not stream.has_partition(part.partition_index):
+                result["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                partition = stream.partition(part.partition_index)
+                if part.timestamp == _EARLIEST:
+                    result["offset"] = partition.log_start_offset
+                elif part.timestamp == _LATEST:
+                    result["offset"] = partition.high_watermark
+                else:
+                    offset, timestamp = stream.offset_for_timestamp(
+                        part.partition_index, part.timestamp
+                    )
+                    result["offset"], result["timestamp"] = offset, timestamp
+            partitions.append(result)
+        topics.append({"name": topic.name, "partitions": partitions})
+    return {"topics": topics}

@@ -1,0 +1,53 @@
+"""The APIs and versions streamgate implements, and where each turns flexible.
+
+Only what is listed here is advertised in ApiVersions; a request for anything else closes
+the connection, as Kafka brokers do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+
+class ApiKey(IntEnum):
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
+    INIT_PRODUCER_ID = 22
+
+
+@dataclass(frozen=True, slots=True)
+class ApiSupport:
+    advertised_min: int
+    max_version: int
+    first_flexible: int
+    # Versions below this are advertised (old librdkafka matches exact version ranges) but
+    # answered by closing the connection; modern clients never pick them.
+    accepted_min: int | None = None
+
+    @property
+    def min_version(self) -> int:
+        return self.advertised_min if self.accepted_min is None else self.accepted_min
+
+    def accepts(self, version: int) -> bool:
+        return self.min_version <= version <= self.max_version
+
+    def is_flexible(self, version: int) -> bool:
+        return version >= self.first_flexible
+
+
+SUPPORTED_APIS: dict[int, ApiSupport] = {
+    ApiKey.PRODUCE: ApiSupport(0, 9, 9, accepted_min=3),
+    ApiKey.FETCH: ApiSupport(4, 12, 12),
+    ApiKey.LIST_OFFSETS: ApiSupport(1, 7, 6),
+    ApiKey.METADATA: ApiSupport(0, 12, 9),
+    ApiKey.API_VERSIONS: ApiSupport(0, 3, 3),
+    ApiKey.CREATE_TOPICS: ApiSupport(2, 5, 5),
+    ApiKey.DELETE_TOPICS: ApiSupport(1, 4, 4),
+    ApiKey.INIT_PRODUCER_ID: ApiSupport(0, 4, 2),
+}

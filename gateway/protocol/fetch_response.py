@@ -1,0 +1,90 @@
+"""Hand-written Fetch response encoder (v4-v12) for the hot read path.
+
+The record batches are passed through untouched as buffers; only the small framing around
+them is packed, so a response of many large batches costs microseconds, not a re-encode.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_HEAD_V7 = struct.Struct(">ihi")  # throttle_time_ms, error_code, session_id
+_PARTITION = struct.Struct(">ihqqq")  # index, error, high watermark, last stable, log start
+
+
+@dataclass(slots=True)
+class PartitionData:
+    partition: int
+    error_code: int = 0
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    # Whole record batches, in offset order; empty list means no records.
+    batches: list[bytes | memoryview] = field(default_factory=list)
+
+    @property
+    def records_size(self) -> int:
+        return sum(len(b) for b in self.batches)
+
+
+def _uvarint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _string(value: str, flexible: bool) -> bytes:
+    raw = value.encode()
+    return (_uvarint(len(raw) + 1) if flexible else _I16.pack(len(raw))) + raw
+
+
+def _array_len(count: int, flexible: bool) -> bytes:
+    return _uvarint(count + 1) if flexible else _I32.pack(count)
+
+
+def encode_fetch_response(
+    correlation_id: int,
+    version: int,
+    topics: Sequence[tuple[str, Sequence[PartitionData]]],
+    *,
+    error_code: int = 0,
+    throttle_time_ms: int = 0,
+) -> list[bytes | memoryview]:
+    """Return the response (header + body, no size prefix) as a list of buffers."""
+    flexible = version >= 12
+    parts: list[bytes | memoryview] = [_I32.pack(correlation_id)]
+    if flexible:
+        parts.append(b"\x00")  # response header v1 tagged fields
+    if version >= 7:
+        parts.append(_HEAD_V7.pack(throttle_time_ms, error_code, 0))
+    else:
+        parts.append(_I32.pack(throttle_time_ms))
+    parts.append(_array_len(len(topics), flexible))
+    empty_aborted = _array_len(0, flexible)
+    for name, partitions in topics:
+        parts.append(_string(name, flexible))
+        parts.append(_array_len(len(partitions), flexible))
+        for p in partitions:
+            head = _PARTITION.pack(
+                p.partition, p.error_code, p.high_watermark, p.high_watermark, p.log_start_offset
+            )
+            parts.append(head if version >= 5 else head[:-8])
+            parts.append(empty_aborted)
+            if version >= 11:
+                parts.append(_I32.pack(-1))  # preferred read replica
+            size = p.records_size
+            parts.append(_uvarint(size + 1) if flexible else _I32.pack(size))
+            parts.extend(p.batches)
+            if flexible:
+                parts.append(b"\x00")
+        if flexible:
+            parts.append(b"\x00")
+    if flexible:
+        parts.append(b"\x00")
+    return parts

@@ -1,0 +1,167 @@
+"""The trio TCP server: one task per connection, pipelined requests answered in order.
+
+Per connection, a reader task splits frames and starts a handler task per request; a writer
+task sends the responses strictly in request order. The number of requests in flight per
+connection is bounded, so a client that never reads its responses stops being read from.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from core.errors import ErrorCode
+from gateway.handlers import admin, data
+from gateway.handlers.context import GatewayContext
+from gateway.protocol.apis import SUPPORTED_APIS, ApiKey
+from gateway.protocol.codec import (
+    ProtocolError,
+    RequestHeader,
+    decode_body,
+    decode_header,
+    encode_response,
+)
+from gateway.protocol.framing import FrameDecoder, FrameError
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[GatewayContext, RequestHeader, Any], Awaitable[dict[str, Any] | bytes | None]]
+
+HANDLERS: dict[int, Handler] = {
+    ApiKey.PRODUCE: data.produce,
+    ApiKey.FETCH: data.fetch,
+    ApiKey.LIST_OFFSETS: data.list_offsets,
+    ApiKey.METADATA: admin.metadata,
+    ApiKey.API_VERSIONS: admin.api_versions,
+    ApiKey.CREATE_TOPICS: admin.create_topics,
+    ApiKey.DELETE_TOPICS: admin.delete_topics,
+    ApiKey.INIT_PRODUCER_ID: admin.init_producer_id,
+}
+assert set(HANDLERS) == set(SUPPORTED_APIS), "every advertised API needs a handler"
+
+_SIZE = struct.Struct(">i")
+_RECEIVE_BYTES = 256 * 1024
+
+
+@dataclass(slots=True)
+class ServerSettings:
+    max_request_bytes: int = 100 * 1024 * 1024
+    max_in_flight_per_connection: int = 128
+
+
+class _ResponseSlot:
+    """A place in a connection's response order, filled when its handler finishes."""
+
+    __slots__ = ("done", "payload", "close_connection")
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.payload: bytes | None = None
+        self.close_connection = False
+
+    def fill(self, payload: bytes | None, close_connection: bool = False) -> None:
+        self.payload = payload
+        self.close_connection = close_connection
+        self.done.set()
+
+
+class _CloseConnection(Exception):
+    pass
+
+
+class Gateway:
+    def __init__(self, ctx: GatewayContext, settings: ServerSettings) -> None:
+        self.ctx = ctx
+        self.settings = settings
+
+    async def handle_connection(self, stream: trio.SocketStream) -> None:
+        peer = _peer_name(stream)
+        # One log line per connection problem; nothing escapes to the listener.
+        try:
+            async with stream:
+                await self._serve(stream)
+        except* _CloseConnection as group:
+            log.info("%s: closing connection: %s", peer, group.exceptions[0])
+        except* (FrameError, ProtocolError) as group:
+            log.warning("%s: closing connection: %s", peer, group.exceptions[0])
+        except* (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError) as group:
+            log.debug("%s: connection lost: %s", peer, group.exceptions[0])
+        except* Exception:
+            log.exception("%s: connection failed", peer)
+
+    async def _serve(self, stream: trio.SocketStream) -> None:
+        decoder = FrameDecoder(self.settings.max_request_bytes)
+        send_slots, receive_slots = trio.open_memory_channel[_ResponseSlot](
+            self.settings.max_in_flight_per_connection
+        )
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._write_responses, stream, receive_slots, nursery.cancel_scope)
+            async with send_slots:
+                while True:
+                    data = await stream.receive_some(_RECEIVE_BYTES)
+                    if not data:
+                        nursery.cancel_scope.cancel()  # the client is gone: drop its work
+                        return
+                    decoder.feed(data)
+                    while (frame := decoder.next_frame()) is not None:
+                        slot = _ResponseSlot()
+                        await send_slots.send(slot)
+                        nursery.start_soon(self._handle_frame, frame, slot)
+
+    async def _write_responses(
+        self, stream: trio.SocketStream, slots: trio.MemoryReceiveChannel[_ResponseSlot],
+        scope: trio.CancelScope,
+    ) -> None:
+        async with slots:
+            async for slot in slots:
+                await slot.done.wait()
+                if slot.payload is not None:
+                    await stream.send_all(slot.payload)
+                if slot.close_connection:
+                    raise _CloseConnection("protocol error")
+
+    async def _handle_frame(self, frame: bytes, slot: _ResponseSlot) -> None:
+        try:
+            header, pos = decode_header(frame)
+            support = SUPPORTED_APIS[header.api_key]
+            if not support.accepts(header.api_version):
+                if header.api_key == ApiKey.API_VERSIONS:
+                    # Answered in v0 so the client can retry with a version we speak.
+                    downgraded = RequestHeader(header.api_key, 0, header.correlation_id,
+                                               header.client_id, False)
+                    body = admin.api_versions_body(ErrorCode.UNSUPPORTED_VERSION)
+                    slot.fill(_framed(encode_response(downgraded, body)))
+                    return
+                raise ProtocolError(
+                    f"unsupported version {header.api_version} of {ApiKey(header.api_key).name}"
+                )
+            body = decode_body(header, frame, pos)
+            response = await HANDLERS[header.api_key](self.ctx, header, body)
+            if isinstance(response, dict):
+                response = encode_response(header, response)
+        except ProtocolError as exc:
+            log.warning("closing connection after bad request: %s", exc)
+            slot.fill(None, close_connection=True)
+            return
+        except Exception:
+            log.exception("handler failed; closing the connection")
+            slot.fill(None, close_connection=True)
+            return
+        slot.fill(None if response is None else _framed(response))
+
+
+def _framed(payload: bytes) -> bytes:
+    return _SIZE.pack(len(payload)) + payload
+
+
+def _peer_name(stream: trio.SocketStream) -> str:
+    try:
+        host, port = stream.socket.getpeername()[:2]
+        return f"{host}:{port}"
+    except OSError:
+        return "?"
