@@ -88,7 +88,9 @@ class SQLiteMetadataStore:
             "SELECT topic, segment_id, epoch, first_partition, last_partition, sealed "
             "FROM segments ORDER BY topic, segment_id"
         ):
-            topics[row[0]].segments.append(SegmentRecord(row[1], row[2], row[3], row[4], bool(row[5])))
+            topics[row[0]].segments.append(
+                SegmentRecord(row[1], row[2], row[3], row[4], bool(row[5]))
+            )
         return list(topics.values())
 
     def create_topic(self, topic: TopicRecord) -> None:
@@ -96,13 +98,27 @@ class SQLiteMetadataStore:
         with self._transaction() as db:
             db.execute(
                 "INSERT INTO topics VALUES (?, ?, ?, ?, ?)",
-                (topic.name, str(topic.topic_id), topic.partitions, json.dumps(topic.configs),
-                 topic.created_ms),
+                (
+                    topic.name,
+                    str(topic.topic_id),
+                    topic.partitions,
+                    json.dumps(topic.configs),
+                    topic.created_ms,
+                ),
             )
             db.executemany(
                 "INSERT INTO segments VALUES (?, ?, ?, ?, ?, ?)",
-                [(topic.name, s.segment_id, s.epoch, s.first_partition, s.last_partition,
-                  int(s.sealed)) for s in topic.segments],
+                [
+                    (
+                        topic.name,
+                        s.segment_id,
+                        s.epoch,
+                        s.first_partition,
+                        s.last_partition,
+                        int(s.sealed),
+                    )
+                    for s in topic.segments
+                ],
             )
 
     def delete_topic(self, name: str) -> None:

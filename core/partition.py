@@ -79,8 +79,13 @@ class Partition:
     # --- index -------------------------------------------------------------------------
 
     def add_batch(
-        self, base_offset: int, record_count: int, max_timestamp: int, segment_id: int,
-        position: int, size: int,
+        self,
+        base_offset: int,
+        record_count: int,
+        max_timestamp: int,
+        segment_id: int,
+        position: int,
+        size: int,
     ) -> None:
         last = base_offset + record_count - 1
         self._base_offsets.append(base_offset)
@@ -95,8 +100,14 @@ class Partition:
     def truncate_to(self, offset: int) -> None:
         """Forget every batch at or after `offset` (undo of a failed, unacknowledged write)."""
         keep = bisect.bisect_left(self._base_offsets, offset)
-        for column in (self._base_offsets, self._last_offsets, self._segment_ids,
-                       self._positions, self._sizes, self._max_ts_prefix):
+        for column in (
+            self._base_offsets,
+            self._last_offsets,
+            self._segment_ids,
+            self._positions,
+            self._sizes,
+            self._max_ts_prefix,
+        ):
             del column[keep:]
         self.next_offset = self._last_offsets[-1] + 1 if self._last_offsets else offset
         self.high_watermark = min(self.high_watermark, self.next_offset)
@@ -104,8 +115,9 @@ class Partition:
             for state in self._producers.values():
                 state.batches = [b for b in state.batches if b.base_offset < offset]
 
-    def locate(self, offset: int, max_bytes: int, first_may_exceed: bool = True
-               ) -> list[BatchLocation]:
+    def locate(
+        self, offset: int, max_bytes: int, first_may_exceed: bool = True
+    ) -> list[BatchLocation]:
         """Batches from the one holding `offset`, up to the high watermark and `max_bytes`.
 
         With `first_may_exceed` the first batch is returned whole even if larger than
@@ -119,8 +131,15 @@ class Partition:
             size = self._sizes[i]
             if total + size > max_bytes and (found or not first_may_exceed):
                 break
-            found.append(BatchLocation(self._base_offsets[i], self._last_offsets[i],
-                                       self._segment_ids[i], self._positions[i], size))
+            found.append(
+                BatchLocation(
+                    self._base_offsets[i],
+                    self._last_offsets[i],
+                    self._segment_ids[i],
+                    self._positions[i],
+                    size,
+                )
+            )
             total += size
             i += 1
         return found
@@ -138,12 +157,19 @@ class Partition:
     def _location(self, i: int) -> BatchLocation | None:
         if i >= len(self._base_offsets) or self._last_offsets[i] >= self.high_watermark:
             return None
-        return BatchLocation(self._base_offsets[i], self._last_offsets[i], self._segment_ids[i],
-                             self._positions[i], self._sizes[i])
+        return BatchLocation(
+            self._base_offsets[i],
+            self._last_offsets[i],
+            self._segment_ids[i],
+            self._positions[i],
+            self._sizes[i],
+        )
 
     # --- idempotent producers ---------------------------------------------------------
 
-    def check_sequence(self, producer_id: int, epoch: int, first_seq: int, count: int) -> SequenceCheck:
+    def check_sequence(
+        self, producer_id: int, epoch: int, first_seq: int, count: int
+    ) -> SequenceCheck:
         state = self._producers.get(producer_id) if self._producers else None
         if state is None:
             return SequenceCheck()

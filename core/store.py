@@ -117,8 +117,9 @@ class StreamStore:
     def get(self, name: str) -> Stream | None:
         return self.streams.get(name)
 
-    def create_topic(self, name: str, partitions: int = -1,
-                     configs: dict[str, str] | None = None) -> Stream:
+    def create_topic(
+        self, name: str, partitions: int = -1, configs: dict[str, str] | None = None
+    ) -> Stream:
         """Create a topic with one segment owning all its partitions. Raises TopicError."""
         validate_topic_name(name)
         if name in self.streams:
@@ -126,10 +127,16 @@ class StreamStore:
         if partitions == -1:
             partitions = self.settings.default_partitions
         if not 1 <= partitions <= MAX_PARTITIONS_PER_TOPIC:
-            raise TopicError(ErrorCode.INVALID_PARTITIONS,
-                             f"partitions must be 1..{MAX_PARTITIONS_PER_TOPIC}")
-        record = TopicRecord(name, uuid.uuid4(), partitions, dict(configs or {}),
-                             segments=[SegmentRecord(0, 0, 0, partitions - 1)])
+            raise TopicError(
+                ErrorCode.INVALID_PARTITIONS, f"partitions must be 1..{MAX_PARTITIONS_PER_TOPIC}"
+            )
+        record = TopicRecord(
+            name,
+            uuid.uuid4(),
+            partitions,
+            dict(configs or {}),
+            segments=[SegmentRecord(0, 0, 0, partitions - 1)],
+        )
         self.metadata.create_topic(record)
         log.info("created topic %s with %d partitions", name, partitions)
         return self._open_stream(record)

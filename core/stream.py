@@ -95,12 +95,22 @@ class Stream:
         for entry in segment.replay():
             header = read_batch_header(entry.batch)
             partition = self.partition(entry.partition)
-            partition.add_batch(header.base_offset, header.record_count, header.max_timestamp,
-                                segment_id, entry.position, len(entry.batch))
+            partition.add_batch(
+                header.base_offset,
+                header.record_count,
+                header.max_timestamp,
+                segment_id,
+                entry.position,
+                len(entry.batch),
+            )
             if header.producer_id >= 0:
-                partition.record_sequence(header.producer_id, header.producer_epoch,
-                                          header.base_sequence, header.record_count,
-                                          header.base_offset)
+                partition.record_sequence(
+                    header.producer_id,
+                    header.producer_epoch,
+                    header.base_sequence,
+                    header.record_count,
+                    header.base_offset,
+                )
 
     def partition(self, index: int) -> Partition:
         """The partition object, created on first use: idle partitions cost nothing."""
@@ -120,7 +130,9 @@ class Stream:
 
     # --- produce -----------------------------------------------------------------------
 
-    async def append(self, index: int, records: bytes | memoryview | None, acks: int) -> AppendResult:
+    async def append(
+        self, index: int, records: bytes | memoryview | None, acks: int
+    ) -> AppendResult:
         """Validate and append a Produce request's records to one partition.
 
         Returns once the batches are durable (acks != 0), or at once for acks=0.
@@ -136,16 +148,21 @@ class Stream:
         partition = self.partition(index)
         for header, _ in batches:
             if header.is_transactional or header.is_control:
-                return AppendResult(ErrorCode.INVALID_RECORD,
-                                    message="transactions are not supported")
+                return AppendResult(
+                    ErrorCode.INVALID_RECORD, message="transactions are not supported"
+                )
         segment_id, segment = self._owner(index)
         first_offset: int | None = None
         ticket: Ticket | None = None
         wait_for_offset = 0
         for header, view in batches:
             if header.producer_id >= 0:
-                check = partition.check_sequence(header.producer_id, header.producer_epoch,
-                                                 header.base_sequence, header.record_count)
+                check = partition.check_sequence(
+                    header.producer_id,
+                    header.producer_epoch,
+                    header.base_sequence,
+                    header.record_count,
+                )
                 if check.error:
                     return AppendResult(check.error, message="producer sequence check failed")
                 if check.duplicate_of is not None:  # a retry of a batch we already have
@@ -159,11 +176,22 @@ class Stream:
             ticket = Ticket() if acks != 0 else None
             end = base_offset + header.record_count
             pending = segment.append(index, batch, (partition, base_offset, end, ticket))
-            partition.add_batch(base_offset, header.record_count, header.max_timestamp,
-                                segment_id, pending.position, len(batch))
+            partition.add_batch(
+                base_offset,
+                header.record_count,
+                header.max_timestamp,
+                segment_id,
+                pending.position,
+                len(batch),
+            )
             if header.producer_id >= 0:
-                partition.record_sequence(header.producer_id, header.producer_epoch,
-                                          header.base_sequence, header.record_count, base_offset)
+                partition.record_sequence(
+                    header.producer_id,
+                    header.producer_epoch,
+                    header.base_sequence,
+                    header.record_count,
+                    base_offset,
+                )
             first_offset = base_offset if first_offset is None else first_offset
             wait_for_offset = end
         assert first_offset is not None
@@ -199,16 +227,19 @@ class Stream:
 
     # --- fetch -------------------------------------------------------------------------
 
-    def read(self, index: int, offset: int, max_bytes: int, first_may_exceed: bool = True
-             ) -> ReadResult:
+    def read(
+        self, index: int, offset: int, max_bytes: int, first_may_exceed: bool = True
+    ) -> ReadResult:
         if self.deleted or not self.has_partition(index):
             return ReadResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         partition = self.partition(index)
         hw, start = partition.high_watermark, partition.log_start_offset
         if offset < start or offset > hw:
             return ReadResult(ErrorCode.OFFSET_OUT_OF_RANGE, hw, start)
-        batches = [self.segments[loc.segment_id].read(loc.position, loc.size)
-                   for loc in partition.locate(offset, max_bytes, first_may_exceed)]
+        batches = [
+            self.segments[loc.segment_id].read(loc.position, loc.size)
+            for loc in partition.locate(offset, max_bytes, first_may_exceed)
+        ]
         return ReadResult(ErrorCode.NONE, hw, start, batches)
 
     def offset_for_timestamp(self, index: int, timestamp: int) -> tuple[int, int]:
@@ -239,4 +270,3 @@ class Stream:
             segment.close()
         for partition in self._partitions.values():
             partition.wake_waiters()
-

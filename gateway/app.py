@@ -30,8 +30,9 @@ class Settings:
 
 
 async def serve(settings: Settings) -> None:
-    store = StreamStore(StoreSettings(settings.data_dir, settings.default_partitions,
-                                      settings.auto_create_topics))
+    store = StreamStore(
+        StoreSettings(settings.data_dir, settings.default_partitions, settings.auto_create_topics)
+    )
     async with trio.open_nursery() as root:
         await root.start(store.run)
         try:
@@ -41,8 +42,12 @@ async def serve(settings: Settings) -> None:
                         _serve_tcp, settings, store, server_nursery
                     )
                     port = listeners[0].socket.getsockname()[1]
-                    log.info("streamgate listening on %s:%d (data in %s)",
-                             settings.listen_host, port, settings.data_dir)
+                    log.info(
+                        "streamgate listening on %s:%d (data in %s)",
+                        settings.listen_host,
+                        port,
+                        settings.data_dir,
+                    )
                     async for signum in signals:
                         log.info("received %s, shutting down", signal.Signals(signum).name)
                         server_nursery.cancel_scope.cancel()
@@ -51,8 +56,12 @@ async def serve(settings: Settings) -> None:
             store.stop()  # flushers drain what is queued, then the store closes
 
 
-async def _serve_tcp(settings: Settings, store: StreamStore, nursery: trio.Nursery,
-                     task_status: trio.TaskStatus[list[trio.SocketListener]]) -> None:
+async def _serve_tcp(
+    settings: Settings,
+    store: StreamStore,
+    nursery: trio.Nursery,
+    task_status: trio.TaskStatus[list[trio.SocketListener]],
+) -> None:
     listeners = await trio.open_tcp_listeners(settings.listen_port, host=settings.listen_host)
     port = listeners[0].socket.getsockname()[1]
     ctx = GatewayContext(

@@ -36,30 +36,53 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="streamgate", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     serve_cmd = commands.add_parser("serve", help="run the Kafka-protocol gateway")
-    serve_cmd.add_argument("--listen", type=_host_port,
-                           default=_host_port(_env("LISTEN", "127.0.0.1:9092")),
-                           help="address to listen on (STREAMGATE_LISTEN, default 127.0.0.1:9092)")
-    serve_cmd.add_argument("--data-dir", default=_env("DATA_DIR", "./data"),
-                           help="where the log and metadata live (STREAMGATE_DATA_DIR)")
+    serve_cmd.add_argument(
+        "--listen",
+        type=_host_port,
+        default=_host_port(_env("LISTEN", "127.0.0.1:9092")),
+        help="address to listen on (STREAMGATE_LISTEN, default 127.0.0.1:9092)",
+    )
+    serve_cmd.add_argument(
+        "--data-dir",
+        default=_env("DATA_DIR", "./data"),
+        help="where the log and metadata live (STREAMGATE_DATA_DIR)",
+    )
     advertised = _env("ADVERTISED_LISTENER")
-    serve_cmd.add_argument("--advertised-listener", type=_host_port,
-                           default=_host_port(advertised) if advertised else None,
-                           help="host:port given to clients (STREAMGATE_ADVERTISED_LISTENER)")
-    serve_cmd.add_argument("--default-partitions", type=int,
-                           default=int(_env("DEFAULT_PARTITIONS", "1") or 1),
-                           help="partitions of auto-created topics (STREAMGATE_DEFAULT_PARTITIONS)")
-    serve_cmd.add_argument("--auto-create-topics", type=_bool,
-                           default=_bool(_env("AUTO_CREATE_TOPICS", "true") or "true"),
-                           help="create unknown topics on produce/metadata "
-                                "(STREAMGATE_AUTO_CREATE_TOPICS)")
-    serve_cmd.add_argument("--max-request-bytes", type=int,
-                           default=int(_env("MAX_REQUEST_BYTES", str(100 * 1024 * 1024)) or 0),
-                           help="largest request accepted (STREAMGATE_MAX_REQUEST_BYTES)")
-    serve_cmd.add_argument("--max-message-bytes", type=int,
-                           default=int(_env("MAX_MESSAGE_BYTES", str(8 * 1024 * 1024)) or 0),
-                           help="largest record batch accepted (STREAMGATE_MAX_MESSAGE_BYTES)")
-    serve_cmd.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"),
-                           help="DEBUG, INFO, WARNING (STREAMGATE_LOG_LEVEL)")
+    serve_cmd.add_argument(
+        "--advertised-listener",
+        type=_host_port,
+        default=_host_port(advertised) if advertised else None,
+        help="host:port given to clients (STREAMGATE_ADVERTISED_LISTENER)",
+    )
+    serve_cmd.add_argument(
+        "--default-partitions",
+        type=int,
+        default=int(_env("DEFAULT_PARTITIONS", "1") or 1),
+        help="partitions of auto-created topics (STREAMGATE_DEFAULT_PARTITIONS)",
+    )
+    serve_cmd.add_argument(
+        "--auto-create-topics",
+        type=_bool,
+        default=_bool(_env("AUTO_CREATE_TOPICS", "true") or "true"),
+        help="create unknown topics on produce/metadata (STREAMGATE_AUTO_CREATE_TOPICS)",
+    )
+    serve_cmd.add_argument(
+        "--max-request-bytes",
+        type=int,
+        default=int(_env("MAX_REQUEST_BYTES", str(100 * 1024 * 1024)) or 0),
+        help="largest request accepted (STREAMGATE_MAX_REQUEST_BYTES)",
+    )
+    serve_cmd.add_argument(
+        "--max-message-bytes",
+        type=int,
+        default=int(_env("MAX_MESSAGE_BYTES", str(8 * 1024 * 1024)) or 0),
+        help="largest record batch accepted (STREAMGATE_MAX_MESSAGE_BYTES)",
+    )
+    serve_cmd.add_argument(
+        "--log-level",
+        default=_env("LOG_LEVEL", "INFO"),
+        help="DEBUG, INFO, WARNING (STREAMGATE_LOG_LEVEL)",
+    )
     return parser
 
 

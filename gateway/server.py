@@ -114,7 +114,9 @@ class Gateway:
                         nursery.start_soon(self._handle_frame, frame, slot)
 
     async def _write_responses(
-        self, stream: trio.SocketStream, slots: trio.MemoryReceiveChannel[_ResponseSlot],
+        self,
+        stream: trio.SocketStream,
+        slots: trio.MemoryReceiveChannel[_ResponseSlot],
         scope: trio.CancelScope,
     ) -> None:
         async with slots:
@@ -132,8 +134,9 @@ class Gateway:
             if not support.accepts(header.api_version):
                 if header.api_key == ApiKey.API_VERSIONS:
                     # Answered in v0 so the client can retry with a version we speak.
-                    downgraded = RequestHeader(header.api_key, 0, header.correlation_id,
-                                               header.client_id, False)
+                    downgraded = RequestHeader(
+                        header.api_key, 0, header.correlation_id, header.client_id, False
+                    )
                     body = admin.api_versions_body(ErrorCode.UNSUPPORTED_VERSION)
                     slot.fill(_framed(encode_response(downgraded, body)))
                     return

@@ -98,7 +98,9 @@ class SegmentLog:
         if self.closed:
             raise LogWriteError("segment log is closed")
         prefix = struct.pack(">i", partition)
-        header = ENTRY_HEADER.pack(len(batch), crc32c.crc32c(batch, crc32c.crc32c(prefix)), partition)
+        header = ENTRY_HEADER.pack(
+            len(batch), crc32c.crc32c(batch, crc32c.crc32c(prefix)), partition
+        )
         position = self.logical_size + ENTRY_HEADER.size
         self.logical_size = position + len(batch)
         pending = PendingAppend(partition, position, self.logical_size, token)

@@ -43,8 +43,14 @@ def _topic_metadata(ctx: GatewayContext, name: str, partitions: int) -> dict[str
         "name": name,
         "topic_id": ZERO_UUID,  # name-based clients only: keeps Fetch/Produce on names
         "partitions": [
-            {"error_code": ErrorCode.NONE, "partition_index": i, "leader_id": ctx.node_id,
-             "leader_epoch": 0, "replica_nodes": nodes, "isr_nodes": nodes}
+            {
+                "error_code": ErrorCode.NONE,
+                "partition_index": i,
+                "leader_id": ctx.node_id,
+                "leader_epoch": 0,
+                "replica_nodes": nodes,
+                "isr_nodes": nodes,
+            }
             for i in range(partitions)
         ],
     }
@@ -69,8 +75,13 @@ async def metadata(ctx: GatewayContext, header: RequestHeader, body: Any) -> dic
                 topics.append({"error_code": exc.error_code, "name": name, "topic_id": ZERO_UUID})
                 continue
             if stream is None:
-                topics.append({"error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "name": name,
-                               "topic_id": ZERO_UUID})
+                topics.append(
+                    {
+                        "error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                        "name": name,
+                        "topic_id": ZERO_UUID,
+                    }
+                )
             else:
                 topics.append(_topic_metadata(ctx, stream.name, stream.partition_count))
     return {
@@ -86,13 +97,19 @@ async def create_topics(ctx: GatewayContext, header: RequestHeader, body: Any) -
     for topic in body.topics:
         partitions = len(topic.assignments) if topic.assignments else topic.num_partitions
         configs = {c.name: c.value for c in topic.configs if c.value is not None}
-        result: dict[str, Any] = {"name": topic.name, "error_code": ErrorCode.NONE,
-                                  "num_partitions": -1, "replication_factor": -1}
+        result: dict[str, Any] = {
+            "name": topic.name,
+            "error_code": ErrorCode.NONE,
+            "num_partitions": -1,
+            "replication_factor": -1,
+        }
         try:
             # Durability comes from fsync and tier 2, not replicas: any factor is accepted.
             if topic.replication_factor == 0 or topic.replication_factor < -1:
-                raise TopicError(ErrorCode.INVALID_REPLICATION_FACTOR,
-                                 "replication factor must be -1 or positive")
+                raise TopicError(
+                    ErrorCode.INVALID_REPLICATION_FACTOR,
+                    "replication factor must be -1 or positive",
+                )
             if getattr(body, "validate_only", False):
                 validate_topic_name(topic.name)
                 if topic.name in ctx.store.streams:
@@ -115,22 +132,30 @@ async def delete_topics(ctx: GatewayContext, header: RequestHeader, body: Any) -
             ctx.store.delete_topic(name)
             responses.append({"name": name, "error_code": ErrorCode.NONE})
         except TopicError as exc:
-            responses.append({"name": name, "error_code": exc.error_code,
-                              "error_message": str(exc)})
+            responses.append(
+                {"name": name, "error_code": exc.error_code, "error_message": str(exc)}
+            )
     return {"responses": responses}
 
 
-async def init_producer_id(ctx: GatewayContext, header: RequestHeader, body: Any
-                           ) -> dict[str, Any]:
+async def init_producer_id(ctx: GatewayContext, header: RequestHeader, body: Any) -> dict[str, Any]:
     if body.transactional_id is not None:
-        log.info("InitProducerId with transactional id %r refused: no transactions",
-                 body.transactional_id)
+        log.info(
+            "InitProducerId with transactional id %r refused: no transactions",
+            body.transactional_id,
+        )
         return {"error_code": ErrorCode.INVALID_REQUEST, "producer_id": -1, "producer_epoch": -1}
     producer_id = getattr(body, "producer_id", -1)
     epoch = getattr(body, "producer_epoch", -1)
     if producer_id >= 0 and 0 <= epoch < _MAX_PRODUCER_EPOCH:
         # KIP-360: an idempotent producer re-initialising after an error keeps its id.
-        return {"error_code": ErrorCode.NONE, "producer_id": producer_id,
-                "producer_epoch": epoch + 1}
-    return {"error_code": ErrorCode.NONE, "producer_id": ctx.store.allocate_producer_id(),
-            "producer_epoch": 0}
+        return {
+            "error_code": ErrorCode.NONE,
+            "producer_id": producer_id,
+            "producer_epoch": epoch + 1,
+        }
+    return {
+        "error_code": ErrorCode.NONE,
+        "producer_id": ctx.store.allocate_producer_id(),
+        "producer_epoch": 0,
+    }

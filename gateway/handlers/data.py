@@ -95,8 +95,9 @@ async def fetch(ctx: GatewayContext, header: RequestHeader, body: Any) -> bytes:
     return b"".join(parts)
 
 
-def _read_fetch(ctx: GatewayContext, body: Any, max_bytes: int
-                ) -> tuple[list[tuple[str, list[PartitionData]]], int, bool]:
+def _read_fetch(
+    ctx: GatewayContext, body: Any, max_bytes: int
+) -> tuple[list[tuple[str, list[PartitionData]]], int, bool]:
     topics = []
     total = 0
     has_error = False
@@ -105,15 +106,22 @@ def _read_fetch(ctx: GatewayContext, body: Any, max_bytes: int
         partitions = []
         for part in topic.partitions:
             if stream is None:
-                partitions.append(PartitionData(part.partition,
-                                                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                partitions.append(
+                    PartitionData(part.partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                )
                 has_error = True
                 continue
             budget = min(part.partition_max_bytes, max_bytes - total)
-            result = stream.read(part.partition, part.fetch_offset, max(budget, 0),
-                                 first_may_exceed=total == 0)
-            data = PartitionData(part.partition, result.error, result.high_watermark,
-                                 result.log_start_offset, result.batches or [])
+            result = stream.read(
+                part.partition, part.fetch_offset, max(budget, 0), first_may_exceed=total == 0
+            )
+            data = PartitionData(
+                part.partition,
+                result.error,
+                result.high_watermark,
+                result.log_start_offset,
+                result.batches or [],
+            )
             has_error = has_error or result.error != ErrorCode.NONE
             total += data.records_size
             partitions.append(data)
@@ -150,8 +158,12 @@ async def list_offsets(ctx: GatewayContext, header: RequestHeader, body: Any) ->
         stream = ctx.store.get(topic.name)
         partitions = []
         for part in topic.partitions:
-            result: dict[str, Any] = {"partition_index": part.partition_index,
-                                      "timestamp": -1, "offset": -1, "leader_epoch": 0}
+            result: dict[str, Any] = {
+                "partition_index": part.partition_index,
+                "timestamp": -1,
+                "offset": -1,
+                "leader_epoch": 0,
+            }
             if stream is None or not stream.has_partition(part.partition_index):
                 result["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             else:

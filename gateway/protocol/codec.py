@@ -151,8 +151,8 @@ def _converter(tp: Any) -> Any:
     if typing.get_origin(tp) is tuple:
         (item,) = typing.get_args(tp)[:1]
         if hasattr(item, "__dataclass_fields__"):
-            return lambda values: None if values is None else tuple(
-                build_entity(item, v) for v in values
+            return lambda values: (
+                None if values is None else tuple(build_entity(item, v) for v in values)
             )
         return lambda values: None if values is None else tuple(values)
     if hasattr(tp, "__dataclass_fields__"):
