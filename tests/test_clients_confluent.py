@@ -278,18 +278,20 @@ def test_consume_earliest_latest_and_specific_offset(shared_gateway, topic):
     produce_all(producer, topic, [{"value": f"old{i}".encode(), "partition": 0} for i in range(5)])
 
     earliest = make_consumer(shared_gateway.bootstrap)
-    latest = make_consumer(shared_gateway.bootstrap)
+    latest = make_consumer(shared_gateway.bootstrap, **{"enable.partition.eof": True})
     specific = make_consumer(shared_gateway.bootstrap)
     try:
         earliest.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
         specific.assign([TopicPartition(topic, 0, 3)])
         latest.assign([TopicPartition(topic, 0, OFFSET_END)])
 
-        def latest_resolved():
-            latest.poll(0.1)
-            return latest.position([TopicPartition(topic, 0)])[0].offset == 5
+        def latest_at_eof():
+            # The EOF event proves OFFSET_END was resolved before the new data is sent.
+            msg = latest.poll(0.1)
+            assert msg is None or msg.error() is not None, "unexpected message at 'latest'"
+            return msg is not None and msg.error().code() == KafkaError._PARTITION_EOF
 
-        wait_until(latest_resolved, timeout=TIMEOUT)
+        wait_until(latest_at_eof, timeout=TIMEOUT)
         produce_all(
             producer, topic, [{"value": f"new{i}".encode(), "partition": 0} for i in range(2)]
         )
