@@ -28,22 +28,25 @@ def _produce_while_killing(gateway, topic: str) -> dict[str, tuple[int, int]]:
             with lock:
                 acked[msg.value().decode()] = (msg.partition(), msg.offset())
 
-    producer = Producer({
-        "bootstrap.servers": gateway.bootstrap,
-        "enable.idempotence": True,
-        "acks": "all",
-        "linger.ms": 2,
-        "message.timeout.ms": 60000,
-        "reconnect.backoff.ms": 50,
-        "reconnect.backoff.max.ms": 200,
-    })
+    producer = Producer(
+        {
+            "bootstrap.servers": gateway.bootstrap,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 2,
+            "message.timeout.ms": 60000,
+            "reconnect.backoff.ms": 50,
+            "reconnect.backoff.max.ms": 200,
+        }
+    )
     sent = 0
     for _cycle in range(KILL_CYCLES):
         deadline = time.monotonic() + 0.6
         while time.monotonic() < deadline:
             for _ in range(200):
-                producer.produce(topic, key=f"k{sent % 97}", value=f"{sent}",
-                                 on_delivery=on_delivery)
+                producer.produce(
+                    topic, key=f"k{sent % 97}", value=f"{sent}", on_delivery=on_delivery
+                )
                 sent += 1
             producer.poll(0.01)
         gateway.kill()
@@ -55,10 +58,13 @@ def _produce_while_killing(gateway, topic: str) -> dict[str, tuple[int, int]]:
 
 
 def _consume_all(bootstrap: str, topic: str) -> dict[int, list[tuple[int, str]]]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "crash-check",
-                         "enable.auto.commit": False})
-    ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-            for p in range(PARTITIONS)}
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "crash-check", "enable.auto.commit": False}
+    )
+    ends = {
+        p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+        for p in range(PARTITIONS)
+    }
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
     records: dict[int, list[tuple[int, str]]] = defaultdict(list)
     deadline = time.monotonic() + 60

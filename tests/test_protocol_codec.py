@@ -8,7 +8,13 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader
 
 from gateway.protocol.apis import SUPPORTED_APIS, ApiKey
-from gateway.protocol.codec import RequestHeader, encode_response
+from gateway.protocol.codec import (
+    ProtocolError,
+    RequestHeader,
+    decode_body,
+    decode_header,
+    encode_response,
+)
 from gateway.protocol.fetch_response import PartitionData, encode_fetch_response
 from gateway.protocol.framing import FrameDecoder, FrameError, frame
 
@@ -16,8 +22,13 @@ from gateway.protocol.framing import FrameDecoder, FrameError, frame
 @pytest.mark.parametrize("version", range(4, 13))
 def test_fetch_encoder_matches_the_spec(version: int) -> None:
     topics = [
-        ("orders", [PartitionData(1, 0, 10, 2, [b"abc", memoryview(b"de")]),
-                    PartitionData(2, 1, 3, 0, [])]),
+        (
+            "orders",
+            [
+                PartitionData(1, 0, 10, 2, [b"abc", memoryview(b"de")]),
+                PartitionData(2, 1, 3, 0, []),
+            ],
+        ),
         ("empty", []),
     ]
     raw = b"".join(encode_fetch_response(77, version, topics))
@@ -35,13 +46,17 @@ def test_fetch_encoder_matches_the_spec(version: int) -> None:
 
 @pytest.mark.parametrize("version", range(0, 13))
 def test_metadata_response_fills_defaults_for_every_version(version: int) -> None:
-    header = RequestHeader(ApiKey.METADATA, version, 5, "t",
-                           SUPPORTED_APIS[ApiKey.METADATA].is_flexible(version))
-    raw = encode_response(header, {
-        "brokers": [{"node_id": 1, "host": "h", "port": 9}],
-        "topics": [{"name": "t", "partitions": [{"partition_index": 0, "leader_id": 1}]}],
-        "controller_id": 1,
-    })
+    header = RequestHeader(
+        ApiKey.METADATA, version, 5, "t", SUPPORTED_APIS[ApiKey.METADATA].is_flexible(version)
+    )
+    raw = encode_response(
+        header,
+        {
+            "brokers": [{"node_id": 1, "host": "h", "port": 9}],
+            "topics": [{"name": "t", "partitions": [{"partition_index": 0, "leader_id": 1}]}],
+            "controller_id": 1,
+        },
+    )
     header_size = 5 if header.flexible else 4
     body, size = entity_reader(load_response_schema(ApiKey.METADATA, version))(raw, header_size)
     assert size + header_size == len(raw)
@@ -64,3 +79,36 @@ def test_frame_decoder_splits_and_rejects_oversized_frames() -> None:
     negative.feed(b"\xff\xff\xff\xff")
     with pytest.raises(FrameError):
         negative.next_frame()
+
+
+def _request_header(api_key: int, version: int, flexible: bool) -> bytes:
+    return (
+        api_key.to_bytes(2, "big")
+        + version.to_bytes(2, "big")
+        + (9).to_bytes(4, "big")
+        + (1).to_bytes(2, "big")
+        + b"c"
+        + (b"\x00" if flexible else b"")
+    )
+
+
+@pytest.mark.parametrize("api_key", sorted(SUPPORTED_APIS))
+def test_huge_declared_lengths_are_rejected_without_allocating(api_key: int) -> None:
+    """Huge declared lengths raise ProtocolError or decode; never reserve 32 GiB (or abort)."""
+    support = SUPPORTED_APIS[api_key]
+    for version in range(support.min_version, support.max_version + 1):
+        flexible = support.is_flexible(version)
+        for body in (b"\x7f\xff\xff\xff" * 6, b"\xff\xff\xff\xff\x0f" * 6, b"\x00\x01"):
+            frame_bytes = _request_header(api_key, version, flexible) + body
+            header, pos = decode_header(frame_bytes)
+            try:
+                decode_body(header, frame_bytes, pos)
+            except ProtocolError:
+                pass
+
+
+def test_metadata_with_a_two_billion_topic_array_is_a_protocol_error() -> None:
+    frame_bytes = _request_header(3, 1, False) + b"\x7f\xff\xff\xff" + b"\x00\x01a"
+    header, pos = decode_header(frame_bytes)
+    with pytest.raises(ProtocolError, match="array of 2147483647"):
+        decode_body(header, frame_bytes, pos)

@@ -19,11 +19,12 @@ from typing import Any
 
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
-from kio.serial import entity_reader, entity_writer
+from kio.serial import entity_writer
 from kio.serial._implicit_defaults import get_implicit_default
 from kio.static.primitive import TZAware, i32Timedelta, i64Timedelta
 
 from .apis import SUPPORTED_APIS, ApiKey
+from .reader import entity_reader
 
 _HEADER_FIXED = struct.Struct(">hhi")
 _I16 = struct.Struct(">h")
@@ -113,9 +114,7 @@ def decode_body(header: RequestHeader, frame: bytes, pos: int) -> Any:
     """Decode a request body into its kio dataclass; ProtocolError if malformed."""
     try:
         body, _size = _reader(header.api_key, header.api_version)(memoryview(frame), pos)
-    except ProtocolError:
-        raise
-    except Exception as exc:  # kio raises a mix of ValueError/struct/index errors
+    except Exception as exc:  # BufferUnderflow, DecodeError, value errors of kio's types
         raise ProtocolError(f"malformed {ApiKey(header.api_key).name} body: {exc}") from exc
     return body
 
