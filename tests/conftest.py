@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import DEFAULT_PARTITIONS, unique_topic
+from helpers import DEFAULT_PARTITIONS, free_port, unique_topic
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 START_TIMEOUT = 30.0
@@ -37,12 +37,6 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "gateway_args(*args): extra command line arguments for the gateway fixture"
     )
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _port_accepts(port: int) -> bool:

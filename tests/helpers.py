@@ -33,6 +33,13 @@ def unique_topic(prefix: str = "t") -> str:
     return f"{clean}-{uuid.uuid4().hex[:10]}"
 
 
+def free_port() -> int:
+    """A currently unused loopback TCP port."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.05) -> Any:
     """Poll ``predicate`` until it returns a truthy value; return it or raise on timeout."""
     deadline = time.monotonic() + timeout

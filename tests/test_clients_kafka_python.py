@@ -170,7 +170,9 @@ def test_compression_roundtrip(shared_gateway, codec):
     producer.close()
     records = read_all(shared_gateway.bootstrap, topic, n, DEFAULT_PARTITIONS)
     assert len(records) == n
-    expected = {(m.partition, m.offset): (s["key"], s["value"]) for m, s in zip(metas, sent)}
+    expected = {
+        (m.partition, m.offset): (s["key"], s["value"]) for m, s in zip(metas, sent, strict=True)
+    }
     assert {(r.partition, r.offset): (r.key, r.value) for r in records} == expected
     assert sorted(int(r.headers[0][1]) for r in records) == list(range(n))
     for p, recs in by_partition(records).items():
@@ -182,7 +184,9 @@ def test_acks(shared_gateway, acks):
     topic = unique_topic(f"kp-acks-{acks}")
     producer = make_producer(shared_gateway.bootstrap, acks=acks, enable_idempotence=acks == "all")
     n = 25
-    metas = send_all(producer, topic, [{"value": f"a{i}".encode(), "partition": 1} for i in range(n)])
+    metas = send_all(
+        producer, topic, [{"value": f"a{i}".encode(), "partition": 1} for i in range(n)]
+    )
     producer.close()
     if acks != 0:
         assert [m.offset for m in metas] == list(range(n))
@@ -240,7 +244,7 @@ def test_key_partitioning_order_and_dense_offsets(shared_gateway, topic):
     assert len(set().union(*key_partitions.values())) > 1
 
     # the partition the client chose is where the record is stored, at the acked offset
-    expected = {(m.partition, m.offset): s["value"] for m, s in zip(metas, sent)}
+    expected = {(m.partition, m.offset): s["value"] for m, s in zip(metas, sent, strict=True)}
     assert {(r.partition, r.offset): r.value for r in records} == expected
     for p, recs in by_partition(records).items():
         assert [r.offset for r in recs] == list(range(len(recs))), p

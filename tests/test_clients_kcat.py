@@ -74,7 +74,9 @@ def test_compression(shared_gateway, codec):
 def test_acks(shared_gateway, acks):
     topic = unique_topic(f"kcat-acks-{acks}")
     produce(shared_gateway.bootstrap, topic, ["a", "b", "c"], "-p", "2", "-X", f"acks={acks}")
-    assert consume(shared_gateway.bootstrap, topic, "-p", "2", "-o", "beginning", fmt="%s@%o\\n") == [
+    assert consume(
+        shared_gateway.bootstrap, topic, "-p", "2", "-o", "beginning", fmt="%s@%o\\n"
+    ) == [
         "a@0",
         "b@1",
         "c@2",
