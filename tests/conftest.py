@@ -9,6 +9,9 @@ Extra command line arguments can be given with the ``gateway_args`` marker::
     @pytest.mark.gateway_args("--auto-create-topics", "false")
     def test_x(gateway): ...
 
+and for ``shared_gateway`` with a module-level ``GATEWAY_ARGS = (...)`` tuple.
+``{port}`` inside an argument is replaced by the server's port.
+
 The server's stderr/stdout goes to ``server.log`` next to the data dir; when a
 test that uses a gateway fails, the tail of that log is attached to the report.
 """
@@ -82,7 +85,7 @@ class Gateway:
             str(self.data_dir),
             "--default-partitions",
             str(DEFAULT_PARTITIONS),
-            *self.extra_args,
+            *(arg.replace("{port}", str(self.port)) for arg in self.extra_args),
         ]
 
     def _env(self) -> dict[str, str]:
@@ -99,15 +102,27 @@ class Gateway:
         except FileNotFoundError:
             return ""
 
+    def _log_bytes(self, start: int = 0) -> bytes:
+        try:
+            with self.log_path.open("rb") as f:
+                f.seek(start)
+                return f.read()
+        except FileNotFoundError:
+            return b""
+
     def log_tail(self, chars: int = LOG_TAIL_CHARS) -> str:
         text = self.log_text()
         return text if len(text) <= chars else "...\n" + text[-chars:]
 
     def start(self, timeout: float = START_TIMEOUT) -> None:
+        """Start the server and wait until it listens: the port accepts connections and the
+        server has logged its "listening on" line (so a stray process on the port can't fool us).
+        """
         if self.is_alive():
             raise GatewayError("gateway already running")
         self.data_dir.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
+            log_start = log.tell()
             log.write(f"\n===== starting: {' '.join(self.command())}\n".encode())
             log.flush()
             self.proc = subprocess.Popen(
@@ -125,14 +140,26 @@ class Gateway:
                 raise GatewayError(
                     f"gateway exited with code {code} during startup; log:\n{self.log_tail()}"
                 )
-            if _port_accepts(self.port):
+            if _port_accepts(self.port) and b"listening on" in self._log_bytes(log_start):
                 return
             time.sleep(0.05)
         self._terminate_hard()
         raise GatewayError(
-            f"gateway did not accept connections on {self.bootstrap} within {timeout}s; "
-            f"log:\n{self.log_tail()}"
+            f"gateway not ready on {self.bootstrap} within {timeout}s (port accepting and "
+            f"'listening on' logged); log:\n{self.log_tail()}"
         )
+
+    def start_fresh(self) -> None:
+        """First start: if the randomly chosen port was grabbed meanwhile, retry on another."""
+        for _attempt in range(3):
+            try:
+                self.start()
+                return
+            except GatewayError as exc:
+                if "Address already in use" not in str(exc):
+                    raise
+                self.port = free_port()
+        self.start()
 
     def _terminate_hard(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -188,16 +215,18 @@ def _markers_args(request: pytest.FixtureRequest) -> tuple[str, ...]:
 @pytest.fixture
 def gateway(request: pytest.FixtureRequest, tmp_path: Path):
     gw = Gateway(tmp_path / "data", tmp_path / "server.log", _markers_args(request))
-    gw.start()
+    gw.start_fresh()
     yield gw
     gw.close()
 
 
 @pytest.fixture(scope="module")
-def shared_gateway(tmp_path_factory: pytest.TempPathFactory):
+def shared_gateway(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    """One server per test module; extra arguments come from a module-level GATEWAY_ARGS."""
     base = tmp_path_factory.mktemp("shared-gateway")
-    gw = Gateway(base / "data", base / "server.log")
-    gw.start()
+    args = tuple(getattr(request.module, "GATEWAY_ARGS", ()))
+    gw = Gateway(base / "data", base / "server.log", args)
+    gw.start_fresh()
     yield gw
     gw.close()
 

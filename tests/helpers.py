@@ -71,7 +71,10 @@ ERR_NONE = 0
 ERR_OFFSET_OUT_OF_RANGE = 1
 ERR_CORRUPT_MESSAGE = 2
 ERR_UNKNOWN_TOPIC_OR_PARTITION = 3
+ERR_MESSAGE_TOO_LARGE = 10
+ERR_INVALID_TOPIC = 17
 ERR_UNSUPPORTED_VERSION = 35
+ERR_OUT_OF_ORDER_SEQUENCE = 45
 
 
 def frame(payload: bytes) -> bytes:
@@ -396,6 +399,18 @@ def metadata_request(topics: Sequence[str] | None, auto_create: bool = True) -> 
         else tuple(MetadataRequestTopic(topic_id=None, name=t) for t in topics),
         allow_auto_topic_creation=auto_create,
         include_topic_authorized_operations=False,
+    )
+
+
+def init_producer_id_request() -> Any:
+    from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
+    from kio.static.primitive import i16, i64
+
+    return InitProducerIdRequest(
+        transactional_id=None,
+        transaction_timeout=ms(60_000),
+        producer_id=i64(-1),
+        producer_epoch=i16(-1),
     )
 
 

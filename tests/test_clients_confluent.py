@@ -20,8 +20,10 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, NewTopic
 from helpers import (
     DEFAULT_PARTITIONS,
+    RawClient,
     confluent_consume,
     confluent_drain,
+    metadata_request,
     unique_topic,
     wait_until,
 )
@@ -390,3 +392,137 @@ def test_auto_create_disabled(gateway):
     futures[topic].result(timeout=TIMEOUT)
     d = produce_all(make_producer(gateway.bootstrap), topic, [{"value": b"y", "partition": 1}])
     assert d.reports == [(1, 0, None, b"y")]
+
+
+def test_deleted_topic_recreated_starts_empty(shared_gateway, topic):
+    admin = AdminClient({"bootstrap.servers": shared_gateway.bootstrap})
+    produce_all(
+        make_producer(shared_gateway.bootstrap),
+        topic,
+        [{"value": f"old{i}".encode(), "partition": 0} for i in range(5)],
+    )
+    admin.delete_topics([topic], operation_timeout=10)[topic].result(timeout=TIMEOUT)
+    wait_until(lambda: topic not in admin.list_topics(timeout=10).topics, timeout=10)
+    admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result(
+        timeout=TIMEOUT
+    )
+    assert partition_count(admin, topic) == 1
+    d = produce_all(make_producer(shared_gateway.bootstrap), topic, [{"value": b"new"}])
+    assert d.reports == [(0, 0, None, b"new")]
+    msgs = consume_all_from_beginning(shared_gateway.bootstrap, topic, 1, 1)
+    assert [(m.offset(), m.value()) for m in msgs] == [(0, b"new")]
+
+
+def test_offsets_for_times_with_unordered_timestamps(shared_gateway, topic):
+    """The answer is the first offset whose timestamp is >= the target, not a bisection."""
+    base = int(time.time() * 1000) - 100_000
+    deltas = [0, 30_000, 10_000, 20_000, 5_000]
+    producer = make_producer(shared_gateway.bootstrap, **{"linger.ms": 0})
+    for i, delta in enumerate(deltas):
+        # one flush per record so that each lands in its own batch
+        produce_all(
+            producer, topic, [{"value": str(i).encode(), "partition": 0, "timestamp": base + delta}]
+        )
+    consumer = make_consumer(shared_gateway.bootstrap)
+    try:
+
+        def lookup(delta: int) -> int:
+            (res,) = consumer.offsets_for_times(
+                [TopicPartition(topic, 0, base + delta)], timeout=10
+            )
+            return res.offset
+
+        assert lookup(-1) == 0
+        assert lookup(1) == 1
+        assert lookup(15_000) == 1
+        assert lookup(30_000) == 1
+        assert lookup(30_001) == -1
+    finally:
+        consumer.close()
+
+
+def test_small_fetch_sizes_page_through_everything(shared_gateway, topic):
+    n = 2000
+    produce_all(
+        make_producer(shared_gateway.bootstrap),
+        topic,
+        [{"value": f"{i:06d}".encode(), "partition": 2} for i in range(n)],
+    )
+    consumer = make_consumer(
+        shared_gateway.bootstrap,
+        **{"fetch.max.bytes": 1024, "message.max.bytes": 1000, "max.partition.fetch.bytes": 300},
+    )
+    try:
+        consumer.assign([TopicPartition(topic, 2, OFFSET_BEGINNING)])
+        msgs = confluent_consume(consumer, n, 60) + confluent_drain(consumer, quiet=0.3)
+    finally:
+        consumer.close()
+    assert [(m.offset(), m.value()) for m in msgs] == [(i, f"{i:06d}".encode()) for i in range(n)]
+
+
+def test_large_message_roundtrip(shared_gateway, topic):
+    big = bytes(range(256)) * (3 * 1024 * 1024 // 256)  # 3 MiB
+    producer = make_producer(shared_gateway.bootstrap, **{"message.max.bytes": 8_000_000})
+    d = produce_all(
+        producer, topic, [{"value": big, "partition": 0}, {"value": b"after", "partition": 0}]
+    )
+    assert sorted((p, o, len(v)) for p, o, _k, v in d.reports) == [(0, 0, len(big)), (0, 1, 5)]
+    consumer = make_consumer(
+        shared_gateway.bootstrap,
+        **{"fetch.max.bytes": 10_000_000, "max.partition.fetch.bytes": 10_000_000},
+    )
+    try:
+        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        msgs = confluent_consume(consumer, 2, 30)
+    finally:
+        consumer.close()
+    assert [m.offset() for m in msgs] == [0, 1]
+    assert msgs[0].value() == big
+    assert msgs[1].value() == b"after"
+
+
+def test_concurrent_producers_same_partition(shared_gateway, topic):
+    import threading
+
+    writers, per_writer = 4, 150
+    reports: list[list[tuple]] = [[] for _ in range(writers)]
+
+    def run(w: int) -> None:
+        producer = make_producer(shared_gateway.bootstrap, **{"linger.ms": 1})
+        d = produce_all(
+            producer,
+            topic,
+            [{"value": f"w{w}-{i}".encode(), "partition": 0} for i in range(per_writer)],
+        )
+        reports[w] = d.reports
+
+    threads = [threading.Thread(target=run, args=(w,)) for w in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    all_reports = [r for rs in reports for r in rs]
+    assert len(all_reports) == writers * per_writer
+    offsets = sorted(o for _p, o, _k, _v in all_reports)
+    assert offsets == list(range(writers * per_writer)), "offsets must be unique and dense"
+
+    msgs = consume_all_from_beginning(shared_gateway.bootstrap, topic, len(offsets), 1)
+    by_offset = {o: v for _p, o, _k, v in all_reports}
+    assert [(m.offset(), m.value()) for m in msgs] == sorted(by_offset.items())
+    for w in range(writers):
+        mine = [
+            int(m.value().split(b"-")[1]) for m in msgs if m.value().startswith(f"w{w}-".encode())
+        ]
+        assert mine == list(range(per_writer)), f"writer {w} reordered"
+
+
+@pytest.mark.gateway_args("--advertised-listener", "localhost:{port}")
+def test_advertised_listener(gateway):
+    """Metadata names the advertised address, not the bind address."""
+    with RawClient(gateway.bootstrap) as client:
+        md = client.request(metadata_request([]))
+    assert [(b.host, b.port) for b in md.brokers] == [("localhost", gateway.port)]
+    # clients follow the advertised name and still work
+    topic = unique_topic("advertised")
+    d = produce_all(make_producer(gateway.bootstrap), topic, [{"value": b"v", "partition": 0}])
+    assert d.reports == [(0, 0, None, b"v")]

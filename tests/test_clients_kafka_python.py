@@ -114,6 +114,19 @@ def test_create_and_delete_topic(shared_gateway):
         admin.close()
 
 
+def test_create_topic_validate_only(shared_gateway):
+    topic = unique_topic("kp-validate")
+    admin = KafkaAdminClient(bootstrap_servers=shared_gateway.bootstrap)
+    try:
+        result = admin.create_topics(
+            {topic: {"num_partitions": 2, "replication_factor": 1}}, validate_only=True
+        )
+        assert [(t["name"], t["error_code"]) for t in result["topics"]] == [(topic, 0)]
+        assert topic not in admin.list_topics()
+    finally:
+        admin.close()
+
+
 def test_auto_create_on_produce(shared_gateway, topic):
     producer = make_producer(shared_gateway.bootstrap)
     (meta,) = send_all(producer, topic, [{"value": b"first", "partition": 2}])
@@ -291,3 +304,59 @@ def test_beginning_end_offsets_and_offsets_for_times(shared_gateway, topic):
     assert [(r.offset, r.timestamp, r.timestamp_type) for r in records] == [
         (i, ts, 0) for i, ts in enumerate(stamps)
     ]
+
+
+@pytest.mark.parametrize("api_version", [(0, 11), (1, 0), (2, 0), (2, 1), (2, 5)], ids=str)
+def test_older_protocol_versions(shared_gateway, api_version):
+    """Pinning api_version makes kafka-python use older Produce/Fetch/ListOffsets/Metadata."""
+    topic = unique_topic(f"kp-v{'-'.join(map(str, api_version))}")
+    base = int(time.time() * 1000) - 10_000
+    producer = make_producer(
+        shared_gateway.bootstrap, api_version=api_version, enable_idempotence=False, acks=1
+    )
+    sent = [
+        {
+            "key": f"k{i}".encode(),
+            "value": f"v{i}".encode(),
+            "partition": 1,
+            "timestamp_ms": base + i,
+            "headers": [("n", str(i).encode())],
+        }
+        for i in range(4)
+    ]
+    metas = send_all(producer, topic, sent)
+    producer.close()
+    assert [m.offset for m in metas] == [0, 1, 2, 3]
+
+    tp = TopicPartition(topic, 1)
+    consumer = make_consumer(shared_gateway.bootstrap, api_version=api_version)
+    try:
+        assert consumer.end_offsets([tp]) == {tp: 4}
+        assert consumer.beginning_offsets([tp]) == {tp: 0}
+        assert consumer.offsets_for_times({tp: base + 2})[tp].offset == 2
+        consumer.assign([tp])
+        consumer.seek(tp, 1)
+        records = kafka_python_consume(consumer, 3)
+    finally:
+        consumer.close()
+    assert [(r.offset, r.key, r.value, r.timestamp, r.headers) for r in records] == [
+        (i, f"k{i}".encode(), f"v{i}".encode(), base + i, [("n", str(i).encode())])
+        for i in range(1, 4)
+    ]
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_reads_batches_compressed_by_librdkafka(shared_gateway, codec):
+    if not CODEC_AVAILABLE[codec]:
+        pytest.skip(f"kafka-python needs the {CODEC_PACKAGES[codec]} package for {codec}")
+    from confluent_kafka import Producer
+
+    topic = unique_topic(f"kp-cross-{codec}")
+    producer = Producer(
+        {"bootstrap.servers": shared_gateway.bootstrap, "compression.type": codec, "linger.ms": 50}
+    )
+    for i in range(50):
+        producer.produce(topic, value=f"x{i}".encode() * 10, key=b"k", partition=0)
+    assert producer.flush(TIMEOUT) == 0
+    records = read_all(shared_gateway.bootstrap, topic, 50, DEFAULT_PARTITIONS)
+    assert [(r.offset, r.value) for r in records] == [(i, f"x{i}".encode() * 10) for i in range(50)]

@@ -141,10 +141,12 @@ def test_query_offset_by_timestamp(shared_gateway, topic):
     stamps = {v: int(ts) for v, ts in (r.split() for r in rows)}
     assert sorted(stamps) == ["a", "b", "c"]
     assert all(ts > base for ts in stamps.values())
+    assert stamps["c"] > stamps["b"]
 
     def query(ts: int) -> str:
         return kcat("-Q", "-b", shared_gateway.bootstrap, "-t", f"{topic}:0:{ts}").strip()
 
-    assert query(base).endswith("offset 0")
-    assert query(stamps["c"]).endswith("offset 2")
-    assert query(stamps["c"] + 60_000).endswith("offset -1")
+    assert query(base) == f"{topic} [0] offset 0"
+    assert query(stamps["b"] + 1) == f"{topic} [0] offset 2"
+    assert query(stamps["c"]) == f"{topic} [0] offset 2"
+    assert query(stamps["c"] + 60_000) == f"{topic} [0] offset -1"
