@@ -11,7 +11,7 @@ import json
 import sqlite3
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from typing import Protocol
 
 
@@ -34,11 +34,31 @@ class TopicRecord:
     segments: list[SegmentRecord] = field(default_factory=list)
 
 
+@dataclass(slots=True)
+class CommittedOffset:
+    """A consumer group's committed position in one partition (OffsetCommit's payload)."""
+
+    group_id: str
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int = -1
+    metadata: str | None = None
+    commit_ms: int = 0
+
+
 class MetadataStore(Protocol):
     def load_topics(self) -> list[TopicRecord]: ...
     def create_topic(self, topic: TopicRecord) -> None: ...
     def delete_topic(self, name: str) -> None: ...
+    def update_topic_configs(self, name: str, configs: dict[str, str]) -> None: ...
+    def grow_partitions(self, name: str, partitions: int, segment_id: int) -> None: ...
     def next_counter(self, name: str) -> int: ...
+    def load_offsets(self) -> list[CommittedOffset]: ...
+    def commit_offsets(self, offsets: list[CommittedOffset]) -> None: ...
+    def delete_offsets(
+        self, group_id: str, partitions: list[tuple[str, int]] | None = None
+    ) -> None: ...
     def close(self) -> None: ...
 
 
@@ -63,6 +83,17 @@ CREATE TABLE IF NOT EXISTS counters (
     name TEXT PRIMARY KEY,
     value INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS committed_offsets (
+    group_id TEXT NOT NULL,
+    topic TEXT NOT NULL,
+    partition INTEGER NOT NULL,
+    committed_offset INTEGER NOT NULL,
+    leader_epoch INTEGER NOT NULL,
+    metadata TEXT,
+    commit_ms INTEGER NOT NULL,
+    PRIMARY KEY (group_id, topic, partition)
+);
+CREATE INDEX IF NOT EXISTS committed_offsets_by_topic ON committed_offsets(topic);
 """
 
 
@@ -124,6 +155,37 @@ class SQLiteMetadataStore:
     def delete_topic(self, name: str) -> None:
         with self._transaction() as db:
             db.execute("DELETE FROM topics WHERE name = ?", (name,))
+            # Offsets of a deleted topic must not resurface if the name is reused.
+            db.execute("DELETE FROM committed_offsets WHERE topic = ?", (name,))
+
+    def update_topic_configs(self, name: str, configs: dict[str, str]) -> None:
+        """Replace the topic's stored configs (one transaction); KeyError if no such topic."""
+        with self._transaction() as db:
+            cursor = db.execute(
+                "UPDATE topics SET configs = ? WHERE name = ?", (json.dumps(configs), name)
+            )
+            if cursor.rowcount != 1:
+                raise KeyError(name)
+
+    def grow_partitions(self, name: str, partitions: int, segment_id: int) -> None:
+        """Raise the topic's partition count and let open segment `segment_id` own the new
+        partitions (its last_partition becomes partitions - 1), in one transaction.
+
+        ValueError (nothing changed) unless the topic has fewer partitions and the segment
+        is open and owns the topic's current last partition.
+        """
+        with self._transaction() as db:
+            row = db.execute("SELECT partitions FROM topics WHERE name = ?", (name,)).fetchone()
+            if row is None or row[0] >= partitions:
+                raise ValueError(f"topic {name!r} cannot grow to {partitions} partitions")
+            db.execute("UPDATE topics SET partitions = ? WHERE name = ?", (partitions, name))
+            cursor = db.execute(
+                "UPDATE segments SET last_partition = ? "
+                "WHERE topic = ? AND segment_id = ? AND sealed = 0 AND last_partition = ?",
+                (partitions - 1, name, segment_id, row[0] - 1),
+            )
+            if cursor.rowcount != 1:
+                raise ValueError(f"segment {segment_id} of {name!r} does not own the tail")
 
     def next_counter(self, name: str) -> int:
         """Atomically increment and return a persistent counter (first value 0)."""
@@ -134,6 +196,43 @@ class SQLiteMetadataStore:
                 (name,),
             ).fetchone()
         return int(row[0])
+
+    # --- committed offsets ----------------------------------------------------------------
+
+    def load_offsets(self) -> list[CommittedOffset]:
+        return [
+            CommittedOffset(*row)
+            for row in self._db.execute(
+                "SELECT group_id, topic, partition, committed_offset, leader_epoch, metadata, "
+                "commit_ms FROM committed_offsets ORDER BY group_id, topic, partition"
+            )
+        ]
+
+    def commit_offsets(self, offsets: list[CommittedOffset]) -> None:
+        """Upsert the offsets in one transaction (all or none become durable)."""
+        with self._transaction() as db:
+            db.executemany(
+                "INSERT INTO committed_offsets VALUES (?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT(group_id, topic, partition) DO UPDATE SET "
+                "committed_offset = excluded.committed_offset, "
+                "leader_epoch = excluded.leader_epoch, metadata = excluded.metadata, "
+                "commit_ms = excluded.commit_ms",
+                [astuple(o) for o in offsets],
+            )
+
+    def delete_offsets(
+        self, group_id: str, partitions: list[tuple[str, int]] | None = None
+    ) -> None:
+        """Forget the group's offsets for `partitions`, or all of them when None."""
+        with self._transaction() as db:
+            if partitions is None:
+                db.execute("DELETE FROM committed_offsets WHERE group_id = ?", (group_id,))
+            else:
+                db.executemany(
+                    "DELETE FROM committed_offsets "
+                    "WHERE group_id = ? AND topic = ? AND partition = ?",
+                    [(group_id, topic, partition) for topic, partition in partitions],
+                )
 
     def _transaction(self) -> _Transaction:
         return _Transaction(self._db)

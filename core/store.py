@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import trio
@@ -19,6 +20,7 @@ from .errors import ErrorCode
 from .metadata import SegmentRecord, SQLiteMetadataStore, TopicRecord
 from .segments.log import SegmentLog
 from .stream import Stream
+from .topic_config import ConfigError, validate_topic_configs
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +54,8 @@ class StreamStore:
         self._nursery: trio.Nursery | None = None
         self._stopping = trio.Event()
         self.cluster_id = ""
+        # Called with the topic's name after a delete (e.g. committed offsets are dropped).
+        self.on_topic_deleted: list[Callable[[str], None]] = []
 
     @property
     def metadata(self) -> SQLiteMetadataStore:
@@ -117,10 +121,13 @@ class StreamStore:
     def get(self, name: str) -> Stream | None:
         return self.streams.get(name)
 
-    def create_topic(
-        self, name: str, partitions: int = -1, configs: dict[str, str] | None = None
-    ) -> Stream:
-        """Create a topic with one segment owning all its partitions. Raises TopicError."""
+    def check_new_topic(
+        self, name: str, partitions: int = -1, configs: Mapping[str, str | None] | None = None
+    ) -> tuple[int, dict[str, str]]:
+        """What `create_topic` would create: (partition count, normalised configs).
+
+        Changes nothing; raises TopicError (INVALID_CONFIG etc.) when the topic is refused.
+        """
         validate_topic_name(name)
         if name in self.streams:
             raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
@@ -130,11 +137,21 @@ class StreamStore:
             raise TopicError(
                 ErrorCode.INVALID_PARTITIONS, f"partitions must be 1..{MAX_PARTITIONS_PER_TOPIC}"
             )
+        try:
+            return partitions, validate_topic_configs(configs or {}, partitions)
+        except ConfigError as exc:
+            raise TopicError(exc.error_code, str(exc)) from None
+
+    def create_topic(
+        self, name: str, partitions: int = -1, configs: Mapping[str, str | None] | None = None
+    ) -> Stream:
+        """Create a topic with one segment owning all its partitions. Raises TopicError."""
+        partitions, checked = self.check_new_topic(name, partitions, configs)
         record = TopicRecord(
             name,
             uuid.uuid4(),
             partitions,
-            dict(configs or {}),
+            checked,
             segments=[SegmentRecord(0, 0, 0, partitions - 1)],
         )
         self.metadata.create_topic(record)
@@ -157,6 +174,57 @@ class StreamStore:
         stream.close()
         shutil.rmtree(stream.directory, ignore_errors=True)
         log.info("deleted topic %s", name)
+        for listener in self.on_topic_deleted:
+            listener(name)
+
+    def update_topic_configs(
+        self, name: str, configs: Mapping[str, str | None], validate_only: bool = False
+    ) -> dict[str, str]:
+        """Replace the topic's whole set of configs (durably, unless `validate_only`).
+
+        Returns the normalised configs; raises TopicError (UNKNOWN_TOPIC_OR_PARTITION,
+        INVALID_CONFIG, ...) and then changes nothing.
+        """
+        stream = self._existing(name)
+        try:
+            checked = validate_topic_configs(configs, stream.partition_count)
+        except ConfigError as exc:
+            raise TopicError(exc.error_code, str(exc)) from None
+        if not validate_only:
+            self.metadata.update_topic_configs(name, checked)
+            stream.record.configs = checked
+            log.info("topic %s configs: %s", name, checked)
+        return checked
+
+    def grow_partitions(self, name: str, count: int, validate_only: bool = False) -> None:
+        """Raise the topic's partition count to `count`; the tail segment owns the new ones.
+
+        The topic record and the segment are updated in one metadata transaction, then the
+        stream in memory. TopicError (UNKNOWN_TOPIC_OR_PARTITION, INVALID_PARTITIONS) if the
+        topic is unknown or `count` is not larger than today's count (or too large).
+        """
+        stream = self._existing(name)
+        if count <= stream.partition_count:
+            raise TopicError(
+                ErrorCode.INVALID_PARTITIONS,
+                f"topic {name!r} has {stream.partition_count} partitions; "
+                f"the new count must be larger, got {count}",
+            )
+        if count > MAX_PARTITIONS_PER_TOPIC:
+            raise TopicError(
+                ErrorCode.INVALID_PARTITIONS, f"partitions must be 1..{MAX_PARTITIONS_PER_TOPIC}"
+            )
+        if validate_only:
+            return
+        self.metadata.grow_partitions(name, count, stream.tail_segment_id)
+        stream.grow_partitions(count)
+        log.info("topic %s grown to %d partitions", name, count)
+
+    def _existing(self, name: str) -> Stream:
+        stream = self.streams.get(name)
+        if stream is None:
+            raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}")
+        return stream
 
     def allocate_producer_id(self) -> int:
         return self.metadata.next_counter("producer_id")

@@ -128,6 +128,22 @@ class Stream:
         assert first <= index <= last, "open segments must cover every partition"
         return segment_id, self.segments[segment_id]
 
+    @property
+    def tail_segment_id(self) -> int:
+        """The open segment that owns the stream's last partition (new partitions go there)."""
+        return self._owners[-1][2]
+
+    def grow_partitions(self, count: int) -> None:
+        """Extend the tail segment to own partitions up to `count` - 1 (in memory only: the
+        metadata store must have recorded the same change first)."""
+        assert count > self.record.partitions, "partition counts only grow"
+        first, _last, segment_id = self._owners[-1]
+        self._owners[-1] = (first, count - 1, segment_id)
+        for seg in self.record.segments:
+            if seg.segment_id == segment_id:
+                seg.last_partition = count - 1
+        self.record.partitions = count
+
     # --- produce -----------------------------------------------------------------------
 
     async def append(

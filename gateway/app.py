@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import trio
 
+from core.groups import GroupCoordinator, GroupSettings
 from core.store import StoreSettings, StreamStore
 from gateway.handlers.context import GatewayContext
 from gateway.server import Gateway, ServerSettings
@@ -27,6 +28,7 @@ class Settings:
     auto_create_topics: bool = True
     max_request_bytes: int = 100 * 1024 * 1024
     max_message_bytes: int = 8 * 1024 * 1024
+    group_initial_rebalance_delay_ms: int = 300
 
 
 async def serve(settings: Settings) -> None:
@@ -35,11 +37,17 @@ async def serve(settings: Settings) -> None:
     )
     async with trio.open_nursery() as root:
         await root.start(store.run)
+        groups = GroupCoordinator(
+            store.metadata,
+            GroupSettings(initial_rebalance_delay=settings.group_initial_rebalance_delay_ms / 1000),
+        )
+        store.on_topic_deleted.append(groups.on_topic_deleted)
+        await root.start(groups.run)
         try:
             with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                 async with trio.open_nursery() as server_nursery:
                     listeners = await server_nursery.start(
-                        _serve_tcp, settings, store, server_nursery
+                        _serve_tcp, settings, store, groups, server_nursery
                     )
                     port = listeners[0].socket.getsockname()[1]
                     log.info(
@@ -53,12 +61,14 @@ async def serve(settings: Settings) -> None:
                         server_nursery.cancel_scope.cancel()
                         break
         finally:
+            groups.stop()
             store.stop()  # flushers drain what is queued, then the store closes
 
 
 async def _serve_tcp(
     settings: Settings,
     store: StreamStore,
+    groups: GroupCoordinator,
     nursery: trio.Nursery,
     task_status: trio.TaskStatus[list[trio.SocketListener]],
 ) -> None:
@@ -68,7 +78,10 @@ async def _serve_tcp(
         store=store,
         advertised_host=settings.advertised_host or _default_advertised_host(settings.listen_host),
         advertised_port=settings.advertised_port or port,
+        groups=groups,
         max_message_bytes=settings.max_message_bytes,
+        max_request_bytes=settings.max_request_bytes,
+        listener=f"{settings.listen_host}:{port}",
     )
     gateway = Gateway(ctx, ServerSettings(max_request_bytes=settings.max_request_bytes))
     task_status.started(listeners)

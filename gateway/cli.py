@@ -10,6 +10,7 @@ import sys
 import trio
 
 from gateway.app import Settings, serve
+from gateway.groups_cli import add_groups_parser, run_groups
 
 
 def _host_port(value: str) -> tuple[str, int]:
@@ -79,17 +80,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="largest record batch accepted (STREAMGATE_MAX_MESSAGE_BYTES)",
     )
     serve_cmd.add_argument(
+        "--group-initial-rebalance-delay-ms",
+        type=int,
+        default=int(_env("GROUP_INITIAL_REBALANCE_DELAY_MS", "300") or 0),
+        help="how long a new group waits for more members before its first rebalance "
+        "(STREAMGATE_GROUP_INITIAL_REBALANCE_DELAY_MS, default 300; Kafka's is 3000)",
+    )
+    serve_cmd.add_argument(
         "--log-level",
         default=_env("LOG_LEVEL", "INFO"),
         help="DEBUG, INFO, WARNING (STREAMGATE_LOG_LEVEL)",
     )
+    add_groups_parser(commands)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
-        level=args.log_level.upper(),
+        level=getattr(args, "log_level", "WARNING").upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
@@ -105,9 +114,12 @@ def main(argv: list[str] | None = None) -> int:
             auto_create_topics=args.auto_create_topics,
             max_request_bytes=args.max_request_bytes,
             max_message_bytes=args.max_message_bytes,
+            group_initial_rebalance_delay_ms=args.group_initial_rebalance_delay_ms,
         )
         os.makedirs(settings.data_dir, exist_ok=True)
         trio.run(serve, settings)
+    elif args.command == "groups":
+        return run_groups(args)
     return 0
 
 

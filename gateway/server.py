@@ -16,8 +16,8 @@ from typing import Any
 import trio
 
 from core.errors import ErrorCode
-from gateway.handlers import admin, data
-from gateway.handlers.context import GatewayContext
+from gateway.handlers import admin, cluster, configs, data, groups, offsets
+from gateway.handlers.context import CLIENT_HOST, GatewayContext
 from gateway.protocol.apis import SUPPORTED_APIS, ApiKey
 from gateway.protocol.codec import (
     ProtocolError,
@@ -37,10 +37,26 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.FETCH: data.fetch,
     ApiKey.LIST_OFFSETS: data.list_offsets,
     ApiKey.METADATA: admin.metadata,
+    ApiKey.OFFSET_COMMIT: offsets.offset_commit,
+    ApiKey.OFFSET_FETCH: offsets.offset_fetch,
+    ApiKey.FIND_COORDINATOR: groups.find_coordinator,
+    ApiKey.JOIN_GROUP: groups.join_group,
+    ApiKey.HEARTBEAT: groups.heartbeat,
+    ApiKey.LEAVE_GROUP: groups.leave_group,
+    ApiKey.SYNC_GROUP: groups.sync_group,
+    ApiKey.DESCRIBE_GROUPS: groups.describe_groups,
+    ApiKey.LIST_GROUPS: groups.list_groups,
+    ApiKey.DELETE_GROUPS: groups.delete_groups,
+    ApiKey.OFFSET_DELETE: offsets.offset_delete,
     ApiKey.API_VERSIONS: admin.api_versions,
     ApiKey.CREATE_TOPICS: admin.create_topics,
     ApiKey.DELETE_TOPICS: admin.delete_topics,
     ApiKey.INIT_PRODUCER_ID: admin.init_producer_id,
+    ApiKey.DESCRIBE_CONFIGS: configs.describe_configs,
+    ApiKey.ALTER_CONFIGS: configs.alter_configs,
+    ApiKey.CREATE_PARTITIONS: cluster.create_partitions,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: configs.incremental_alter_configs,
+    ApiKey.DESCRIBE_CLUSTER: cluster.describe_cluster,
 }
 assert set(HANDLERS) == set(SUPPORTED_APIS), "every advertised API needs a handler"
 
@@ -81,6 +97,7 @@ class Gateway:
 
     async def handle_connection(self, stream: trio.SocketStream) -> None:
         peer = _peer_name(stream)
+        CLIENT_HOST.set(peer.rpartition(":")[0])
         # One log line per connection problem; nothing escapes to the listener.
         try:
             async with stream:

@@ -10,6 +10,8 @@ from core.store import TopicError, validate_topic_name
 from gateway.protocol.apis import SUPPORTED_APIS
 from gateway.protocol.codec import RequestHeader
 
+from .cluster import cluster_authorized_operations
+from .configs import topic_config_entries
 from .context import ZERO_UUID, GatewayContext
 
 log = logging.getLogger(__name__)
@@ -89,6 +91,10 @@ async def metadata(ctx: GatewayContext, header: RequestHeader, body: Any) -> dic
         "cluster_id": store.cluster_id,
         "controller_id": ctx.node_id,
         "topics": topics,
+        # v8-10; librdkafka's DescribeCluster asks through Metadata.
+        "cluster_authorized_operations": cluster_authorized_operations(
+            getattr(body, "include_cluster_authorized_operations", False)
+        ),
     }
 
 
@@ -96,7 +102,7 @@ async def create_topics(ctx: GatewayContext, header: RequestHeader, body: Any) -
     results = []
     for topic in body.topics:
         partitions = len(topic.assignments) if topic.assignments else topic.num_partitions
-        configs = {c.name: c.value for c in topic.configs if c.value is not None}
+        configs = {c.name: c.value for c in topic.configs}
         result: dict[str, Any] = {
             "name": topic.name,
             "error_code": ErrorCode.NONE,
@@ -111,13 +117,22 @@ async def create_topics(ctx: GatewayContext, header: RequestHeader, body: Any) -
                     "replication factor must be -1 or positive",
                 )
             if getattr(body, "validate_only", False):
-                validate_topic_name(topic.name)
-                if topic.name in ctx.store.streams:
-                    raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, "topic already exists")
+                count, checked = ctx.store.check_new_topic(topic.name, partitions, configs)
             else:
                 stream = ctx.store.create_topic(topic.name, partitions, configs)
-                result["num_partitions"] = stream.partition_count
-                result["replication_factor"] = 1
+                count, checked = stream.partition_count, stream.record.configs
+            result["num_partitions"] = count
+            result["replication_factor"] = 1
+            result["configs"] = [  # v5+: every config of the new topic, with its source
+                {
+                    "name": e.name,
+                    "value": e.value,
+                    "read_only": e.read_only,
+                    "config_source": int(e.source),
+                    "is_sensitive": e.is_sensitive,
+                }
+                for e in topic_config_entries(ctx, checked)
+            ]
         except TopicError as exc:
             result["error_code"] = exc.error_code
             result["error_message"] = str(exc)

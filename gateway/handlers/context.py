@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import uuid
+from contextvars import ContextVar
 from dataclasses import dataclass
 
+from core.groups import GroupCoordinator
 from core.store import StreamStore
 
 NODE_ID = 1
 ZERO_UUID = uuid.UUID(int=0)
+
+
+# The client address of the connection a request arrived on; the server sets it per
+# connection and request tasks inherit it (trio copies the context into new tasks).
+CLIENT_HOST: ContextVar[str] = ContextVar("client_host", default="")
 
 
 @dataclass(slots=True)
@@ -16,5 +23,8 @@ class GatewayContext:
     store: StreamStore
     advertised_host: str
     advertised_port: int
+    groups: GroupCoordinator
     node_id: int = NODE_ID
     max_message_bytes: int = 8 * 1024 * 1024
+    max_request_bytes: int = 100 * 1024 * 1024
+    listener: str = ""  # the address actually listened on, host:port

@@ -10,6 +10,7 @@ import trio
 from core.errors import ErrorCode
 from core.store import TopicError
 from core.stream import AppendResult
+from core.topic_config import max_message_bytes
 from gateway.protocol.codec import RequestHeader
 from gateway.protocol.fetch_response import PartitionData, encode_fetch_response
 
@@ -43,10 +44,13 @@ async def produce(ctx: GatewayContext, header: RequestHeader, body: Any) -> dict
                     error = exc.error_code
                 if stream is None and not error:
                     error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            limit = ctx.max_message_bytes
+            if stream is not None:  # the topic's max.message.bytes overrides the gateway's
+                limit = max_message_bytes(stream.record.configs, limit)
             for part in topic.partition_data:
                 if stream is None:
                     results[(topic.name, part.index)] = AppendResult(error)
-                elif part.records is not None and len(part.records) > ctx.max_message_bytes:
+                elif part.records is not None and len(part.records) > limit:
                     results[(topic.name, part.index)] = AppendResult(ErrorCode.MESSAGE_TOO_LARGE)
                 else:
                     # Each append queues its batch before its first await, so all partitions

@@ -15,10 +15,26 @@ class ApiKey(IntEnum):
     FETCH = 1
     LIST_OFFSETS = 2
     METADATA = 3
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
     INIT_PRODUCER_ID = 22
+    DESCRIBE_CONFIGS = 32
+    ALTER_CONFIGS = 33
+    CREATE_PARTITIONS = 37
+    DELETE_GROUPS = 42
+    INCREMENTAL_ALTER_CONFIGS = 44
+    OFFSET_DELETE = 47
+    DESCRIBE_CLUSTER = 60
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,8 +62,24 @@ SUPPORTED_APIS: dict[int, ApiSupport] = {
     ApiKey.FETCH: ApiSupport(4, 12, 12),
     ApiKey.LIST_OFFSETS: ApiSupport(1, 7, 6),
     ApiKey.METADATA: ApiSupport(0, 12, 9),
+    ApiKey.OFFSET_COMMIT: ApiSupport(2, 8, 8),
+    ApiKey.OFFSET_FETCH: ApiSupport(1, 7, 6),
+    ApiKey.FIND_COORDINATOR: ApiSupport(0, 3, 3),
+    ApiKey.JOIN_GROUP: ApiSupport(0, 7, 6),
+    ApiKey.HEARTBEAT: ApiSupport(0, 4, 4),
+    ApiKey.LEAVE_GROUP: ApiSupport(0, 4, 4),
+    ApiKey.SYNC_GROUP: ApiSupport(0, 5, 4),
+    ApiKey.DESCRIBE_GROUPS: ApiSupport(0, 5, 5),
+    ApiKey.LIST_GROUPS: ApiSupport(0, 4, 3),
     ApiKey.API_VERSIONS: ApiSupport(0, 3, 3),
     ApiKey.CREATE_TOPICS: ApiSupport(2, 5, 5),
     ApiKey.DELETE_TOPICS: ApiSupport(1, 4, 4),
     ApiKey.INIT_PRODUCER_ID: ApiSupport(0, 4, 2),
+    ApiKey.DELETE_GROUPS: ApiSupport(0, 2, 2),
+    ApiKey.OFFSET_DELETE: ApiSupport(0, 0, 99),  # never flexible
+    ApiKey.DESCRIBE_CONFIGS: ApiSupport(1, 4, 4),
+    ApiKey.ALTER_CONFIGS: ApiSupport(0, 2, 2),
+    ApiKey.CREATE_PARTITIONS: ApiSupport(0, 3, 2),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: ApiSupport(0, 1, 1),
+    ApiKey.DESCRIBE_CLUSTER: ApiSupport(0, 1, 0),
 }

@@ -185,6 +185,8 @@ def _field_specs(cls: type) -> tuple[_FieldSpec, ...]:
                 default = datetime.timedelta(0)
             elif hasattr(inner, "__dataclass_fields__"):
                 default = MISSING  # nested struct: built from {} on demand
+            elif inner is bool:  # kio has no implicit default for bool
+                default = False
             else:
                 default = get_implicit_default(inner)
         specs.append(_FieldSpec(f.name, _converter(tp), default))

@@ -1,0 +1,1 @@
+"""Benchmarks and compatibility checks that run real Kafka clients against streamgate."""

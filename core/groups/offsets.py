@@ -1,0 +1,81 @@
+"""Committed offsets: a write-through cache over the metadata store.
+
+Every change is made durable (one SQLite transaction, synchronous=FULL) before it is
+visible in memory, so an acknowledged OffsetCommit survives a crash. Reads never touch
+the disk: everything is loaded once when the coordinator starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Protocol
+
+from core.metadata import CommittedOffset
+
+Partition = tuple[str, int]  # (topic, partition index)
+
+
+class OffsetPersistence(Protocol):
+    """The slice of `core.metadata.MetadataStore` the offset cache needs."""
+
+    def load_offsets(self) -> list[CommittedOffset]: ...
+    def commit_offsets(self, offsets: list[CommittedOffset]) -> None: ...
+    def delete_offsets(
+        self, group_id: str, partitions: list[tuple[str, int]] | None = None
+    ) -> None: ...
+
+
+class OffsetStore:
+    def __init__(self, persistence: OffsetPersistence) -> None:
+        self._persistence = persistence
+        self._groups: dict[str, dict[Partition, CommittedOffset]] = {}
+        for offset in persistence.load_offsets():
+            self._groups.setdefault(offset.group_id, {})[(offset.topic, offset.partition)] = offset
+
+    def group_ids(self) -> list[str]:
+        return list(self._groups)
+
+    def has_offsets(self, group_id: str) -> bool:
+        return bool(self._groups.get(group_id))
+
+    def commit(self, offsets: list[CommittedOffset]) -> None:
+        """Store the offsets durably (all of them or, on error, none), then cache them."""
+        if not offsets:
+            return
+        self._persistence.commit_offsets(offsets)
+        for offset in offsets:
+            self._groups.setdefault(offset.group_id, {})[(offset.topic, offset.partition)] = offset
+
+    def get(self, group_id: str, partition: Partition) -> CommittedOffset | None:
+        return self._groups.get(group_id, {}).get(partition)
+
+    def all_of(self, group_id: str) -> list[CommittedOffset]:
+        """Every committed offset of the group, ordered by topic and partition."""
+        offsets = self._groups.get(group_id, {})
+        return [offsets[key] for key in sorted(offsets)]
+
+    def delete_group(self, group_id: str) -> None:
+        if group_id in self._groups:
+            self._persistence.delete_offsets(group_id)
+            del self._groups[group_id]
+
+    def delete(self, group_id: str, partitions: Iterable[Partition]) -> None:
+        offsets = self._groups.get(group_id, {})
+        present = [p for p in partitions if p in offsets]
+        if not present:
+            return
+        self._persistence.delete_offsets(group_id, present)
+        for partition in present:
+            del offsets[partition]
+        if not offsets:
+            del self._groups[group_id]
+
+    def forget_topic(self, topic: str) -> None:
+        """Drop a deleted topic's offsets from memory (the metadata store deleted its rows
+        in the same transaction as the topic)."""
+        for group_id in list(self._groups):
+            offsets = self._groups[group_id]
+            for key in [k for k in offsets if k[0] == topic]:
+                del offsets[key]
+            if not offsets:
+                del self._groups[group_id]

@@ -1,0 +1,81 @@
+"""CreatePartitions and DescribeCluster.
+
+CreatePartitions grows a topic's virtual partition count; the stream's tail segment takes
+over the new partitions (core.store.StreamStore.grow_partitions). Replica assignments are
+accepted and ignored: there is one node, and durability comes from fsync.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from core.errors import ErrorCode
+from core.store import TopicError
+from gateway.protocol.codec import RequestHeader
+
+from .context import GatewayContext
+
+_ENDPOINT_BROKERS = 1
+_AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
+# Kafka AclOperation codes a client may use on the cluster resource (no authorizer here).
+_CREATE, _DESCRIBE, _DESCRIBE_CONFIGS, _IDEMPOTENT_WRITE = 5, 8, 10, 12
+CLUSTER_AUTHORIZED_OPERATIONS = sum(
+    1 << op for op in (_CREATE, _DESCRIBE, _DESCRIBE_CONFIGS, _IDEMPOTENT_WRITE)
+)
+
+
+def cluster_authorized_operations(requested: bool) -> int:
+    """The cluster's authorized-operations bit field, or Kafka's "omitted" value."""
+    return CLUSTER_AUTHORIZED_OPERATIONS if requested else _AUTHORIZED_OPERATIONS_OMITTED
+
+
+async def create_partitions(
+    ctx: GatewayContext, header: RequestHeader, body: Any
+) -> dict[str, Any]:
+    counts = Counter(topic.name for topic in body.topics)
+    results = []
+    for topic in body.topics:
+        result: dict[str, Any] = {
+            "name": topic.name,
+            "error_code": ErrorCode.NONE,
+            "error_message": None,
+        }
+        try:
+            if counts[topic.name] > 1:
+                raise TopicError(ErrorCode.INVALID_REQUEST, "topic listed more than once")
+            ctx.store.grow_partitions(topic.name, topic.count, body.validate_only)
+        except TopicError as exc:
+            result["error_code"] = exc.error_code
+            result["error_message"] = str(exc)
+        results.append(result)
+    return {"results": results}
+
+
+async def describe_cluster(ctx: GatewayContext, header: RequestHeader, body: Any) -> dict[str, Any]:
+    response: dict[str, Any] = {
+        "error_code": ErrorCode.NONE,
+        "error_message": None,
+        "endpoint_type": _ENDPOINT_BROKERS,
+        "cluster_id": ctx.store.cluster_id,
+        "controller_id": ctx.node_id,
+        "brokers": [
+            {
+                "broker_id": ctx.node_id,
+                "host": ctx.advertised_host,
+                "port": ctx.advertised_port,
+                "rack": None,
+            }
+        ],
+        "cluster_authorized_operations": cluster_authorized_operations(
+            body.include_cluster_authorized_operations
+        ),
+    }
+    endpoint_type = getattr(body, "endpoint_type", _ENDPOINT_BROKERS)
+    if endpoint_type != _ENDPOINT_BROKERS:
+        response.update(
+            error_code=ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,
+            error_message=f"endpoint type {endpoint_type}: this gateway only lists brokers",
+            brokers=[],
+        )
+    return response

@@ -1,0 +1,206 @@
+"""FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, ListGroups,
+DescribeGroups and DeleteGroups: the classic group protocol, over `core.groups`.
+
+Handlers only translate between request bodies (every version's fields) and the
+coordinator; the group logic lives in `core.groups.coordinator`. JoinGroup and SyncGroup
+may wait for a long time: the server runs each request as its own task, so a waiting
+request holds up only the responses queued behind it on the same connection.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from core.errors import ErrorCode
+from core.groups import GroupState, JoinRequest, SyncRequest
+from gateway.protocol.codec import RequestHeader
+
+from .context import CLIENT_HOST, GatewayContext
+
+_KEY_TYPE_GROUP, _KEY_TYPE_TRANSACTION = 0, 1
+# AclOperation bits a group supports (READ 3, DELETE 6, DESCRIBE 8), as Kafka reports them
+# when there is no authorizer.
+_GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
+_OPERATIONS_NOT_REQUESTED = -(2**31)
+
+
+async def find_coordinator(ctx: GatewayContext, header: RequestHeader, body: Any) -> dict[str, Any]:
+    """This node coordinates every group. There are no transactions, so no transaction
+    coordinator either."""
+    key_type = getattr(body, "key_type", _KEY_TYPE_GROUP)
+    if key_type == _KEY_TYPE_GROUP:
+        return {
+            "error_code": ErrorCode.NONE,
+            "node_id": ctx.node_id,
+            "host": ctx.advertised_host,
+            "port": ctx.advertised_port,
+        }
+    if key_type == _KEY_TYPE_TRANSACTION:
+        error, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, "transactions are not supported"
+    else:
+        error, message = ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}"
+    return {"error_code": error, "error_message": message, "node_id": -1, "host": "", "port": -1}
+
+
+async def join_group(ctx: GatewayContext, header: RequestHeader, body: Any) -> dict[str, Any]:
+    session_timeout = body.session_timeout.total_seconds()
+    rebalance_timeout = getattr(body, "rebalance_timeout", None)  # v1+; v0 uses the session's
+    result = await ctx.groups.join_group(
+        JoinRequest(
+            group_id=body.group_id,
+            member_id=body.member_id,
+            group_instance_id=getattr(body, "group_instance_id", None),
+            client_id=header.client_id or "",
+            client_host=_client_host(),
+            session_timeout=session_timeout,
+            rebalance_timeout=(
+                rebalance_timeout.total_seconds()
+                if rebalance_timeout is not None and rebalance_timeout.total_seconds() > 0
+                else session_timeout
+            ),
+            protocol_type=body.protocol_type,
+            protocols=[(p.name, p.metadata) for p in body.protocols],
+            require_known_member_id=header.api_version >= 4,
+        )
+    )
+    protocol_name = result.protocol_name
+    if protocol_name is None and header.api_version < 7:
+        protocol_name = ""  # nullable only from v7
+    return {
+        "error_code": result.error,
+        "generation_id": result.generation_id,
+        "protocol_type": result.protocol_type,
+        "protocol_name": protocol_name,
+        "leader": result.leader,
+        "member_id": result.member_id,
+        "members": [
+            {
+                "member_id": m.member_id,
+                "group_instance_id": m.group_instance_id,
+                "metadata": m.metadata,
+            }
+            for m in result.members
+        ],
+    }
+
+
+async def sync_group(ctx: GatewayContext, header: RequestHeader, body: Any) -> dict[str, Any]:
+    result = await ctx.groups.sync_group(
+        SyncRequest(
+            group_id=body.group_id,
+            generation_id=body.generation_id,
+            member_id=body.member_id,
+            group_instance_id=getattr(body, "group_instance_id", None),
+            protocol_type=getattr(body, "protocol_type", None),
+            protocol_name=getattr(body, "protocol_name", None),
+            assignments={a.member_id: a.assignment for a in body.assignments},
+        )
+    )
+    return {
+        "error_code": result.error,
+        "protocol_type": result.protocol_type,
+        "protocol_name": result.protocol_name,
+        "assignment": result.assignment,
+    }
+
+
+async def heartbeat(ctx: GatewayContext, header: RequestHeader, body: Any) -> dict[str, Any]:
+    error = ctx.groups.heartbeat(
+        body.group_id,
+        body.generation_id,
+        body.member_id,
+        getattr(body, "group_instance_id", None),
+    )
+    return {"error_code": error}
+
+
+async def leave_group(ctx: GatewayContext, header: RequestHeader, body: Any) -> dict[str, Any]:
+    if header.api_version < 3:
+        error, errors = ctx.groups.leave_group(body.group_id, [(body.member_id, None)])
+        return {"error_code": error or (errors[0] if errors else ErrorCode.NONE)}
+    leaving = [(m.member_id, m.group_instance_id) for m in body.members]
+    error, errors = ctx.groups.leave_group(body.group_id, leaving)
+    return {
+        "error_code": error,
+        "members": [
+            {"member_id": member_id, "group_instance_id": instance_id, "error_code": member_error}
+            for (member_id, instance_id), member_error in zip(leaving, errors, strict=False)
+        ],
+    }
+
+
+async def list_groups(ctx: GatewayContext, header: RequestHeader, body: Any) -> dict[str, Any]:
+    wanted = getattr(body, "states_filter", ())
+    states = {s.lower() for s in wanted} if wanted else None
+    return {
+        "error_code": ErrorCode.NONE,
+        "groups": [
+            {
+                "group_id": g.group_id,
+                "protocol_type": g.protocol_type or "",
+                "group_state": g.state.value,
+            }
+            for g in ctx.groups.list_groups(states)
+        ],
+    }
+
+
+async def describe_groups(ctx: GatewayContext, header: RequestHeader, body: Any) -> dict[str, Any]:
+    operations = (
+        _GROUP_OPERATIONS
+        if getattr(body, "include_authorized_operations", False)
+        else _OPERATIONS_NOT_REQUESTED
+    )
+    return {"groups": [_describe(ctx, group_id, operations) for group_id in body.groups]}
+
+
+def _describe(ctx: GatewayContext, group_id: str, operations: int) -> dict[str, Any]:
+    group = ctx.groups.group(group_id)
+    if group is None:
+        # What Kafka answers for a group it does not know: no error, state Dead.
+        return {
+            "error_code": ErrorCode.NONE,
+            "group_id": group_id,
+            "group_state": GroupState.DEAD.value,
+            "protocol_type": "",
+            "protocol_data": "",
+            "authorized_operations": operations,
+        }
+    # Like Kafka, metadata and assignments (and the protocol) only once the group is Stable.
+    stable = group.state is GroupState.STABLE
+    return {
+        "error_code": ErrorCode.NONE,
+        "group_id": group_id,
+        "group_state": group.state.value,
+        "protocol_type": group.protocol_type or "",
+        "protocol_data": (group.protocol_name or "") if stable else "",
+        "members": [
+            {
+                "member_id": m.member_id,
+                "group_instance_id": m.group_instance_id,
+                "client_id": m.client_id,
+                "client_host": m.client_host,
+                "member_metadata": m.metadata_for(group.protocol_name) if stable else b"",
+                "member_assignment": m.assignment if stable else b"",
+            }
+            for m in group.members.values()
+        ],
+        "authorized_operations": operations,
+    }
+
+
+async def delete_groups(ctx: GatewayContext, header: RequestHeader, body: Any) -> dict[str, Any]:
+    names = list(body.groups_names)
+    errors = ctx.groups.delete_groups(names)
+    return {
+        "results": [
+            {"group_id": name, "error_code": error}
+            for name, error in zip(names, errors, strict=True)
+        ]
+    }
+
+
+def _client_host() -> str:
+    # Kafka shows the address the way Java prints an InetAddress: "/127.0.0.1".
+    host = CLIENT_HOST.get()
+    return f"/{host}" if host else ""

@@ -1,0 +1,108 @@
+"""A tiny blocking Kafka protocol client for the command line tools.
+
+One socket, one request at a time. Requests are built from dicts of spec field names with
+the gateway's own codec (`build_entity`) and kio's writers; responses are read with the
+gateway's bounds-checked kio reader. It needs nothing beyond the runtime dependencies.
+"""
+
+from __future__ import annotations
+
+import io
+import socket
+import struct
+from typing import Any
+
+from kio import _kio_native as native
+from kio.index import load_request_schema, load_response_schema
+from kio.serial import entity_writer
+
+from gateway.protocol.apis import ApiKey
+from gateway.protocol.codec import build_entity
+from gateway.protocol.reader import entity_reader
+
+_SIZE = struct.Struct(">i")
+_HEADER = struct.Struct(">hhi")
+_I16 = struct.Struct(">h")
+
+
+class KafkaClientError(Exception):
+    """The gateway could not be reached or answered something unreadable."""
+
+
+class KafkaClient:
+    def __init__(
+        self, bootstrap: str, timeout: float = 10.0, client_id: str = "streamgate-cli"
+    ) -> None:
+        host, _, port = bootstrap.rpartition(":")
+        if not host or not port.isdigit():
+            raise KafkaClientError(f"expected HOST:PORT, got {bootstrap!r}")
+        try:
+            self._sock = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout)
+        except OSError as exc:
+            raise KafkaClientError(f"cannot connect to {bootstrap}: {exc}") from exc
+        self._client_id = client_id.encode()
+        self._correlation_id = 0
+
+    def __enter__(self) -> KafkaClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def request(self, api_key: int, version: int, body: dict[str, Any]) -> Any:
+        """Send one request (spec field names -> values) and return the kio response."""
+        request_cls = load_request_schema(api_key, version)
+        flexible = bool(request_cls.__flexible__)
+        self._correlation_id += 1
+        out = io.BytesIO()
+        out.write(_HEADER.pack(api_key, version, self._correlation_id))
+        out.write(_I16.pack(len(self._client_id)) + self._client_id)
+        if flexible:
+            out.write(b"\x00")  # request header v2: no tagged fields
+        entity_writer(request_cls)(out, build_entity(request_cls, body))
+        payload = out.getvalue()
+        try:
+            self._sock.sendall(_SIZE.pack(len(payload)) + payload)
+            response = self._receive_frame()
+        except OSError as exc:
+            raise KafkaClientError(f"request failed: {exc}") from exc
+        (correlation_id,) = _SIZE.unpack_from(response, 0)
+        if correlation_id != self._correlation_id:
+            raise KafkaClientError("response does not match the request")
+        buf = memoryview(response)
+        try:
+            pos = 4
+            if flexible and api_key != ApiKey.API_VERSIONS:
+                pos = _skip_tagged_fields(buf, pos)  # response header v1
+            value, _ = entity_reader(load_response_schema(api_key, version))(buf, pos)
+        except Exception as exc:
+            raise KafkaClientError(f"unreadable response: {exc}") from exc
+        return value
+
+    def _receive_frame(self) -> bytes:
+        (size,) = _SIZE.unpack(self._receive_exactly(4))
+        return self._receive_exactly(size)
+
+    def _receive_exactly(self, size: int) -> bytes:
+        chunks = []
+        while size:
+            chunk = self._sock.recv(min(size, 1 << 20))
+            if not chunk:
+                raise KafkaClientError("the gateway closed the connection")
+            chunks.append(chunk)
+            size -= len(chunk)
+        return b"".join(chunks)
+
+
+def _skip_tagged_fields(buf: memoryview, pos: int) -> int:
+    count, size = native.read_unsigned_varint(buf, pos)
+    pos += size
+    for _ in range(count):
+        _tag, size = native.read_unsigned_varint(buf, pos)
+        pos += size
+        length, size = native.read_unsigned_varint(buf, pos)
+        pos += size + length
+    return pos
