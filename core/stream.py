@@ -51,6 +51,30 @@ class AppendResult:
 
 
 @dataclass(slots=True)
+class PendingProduce:
+    """An append that is queued; `wait` returns its result once it is durable."""
+
+    partition: Partition
+    first_offset: int
+    end_offset: int
+    ticket: Ticket | None  # None when every batch was a retried duplicate
+
+    async def wait(self) -> AppendResult:
+        partition = self.partition
+        if self.ticket is not None:
+            await self.ticket.event.wait()
+            if self.ticket.error:
+                return AppendResult(self.ticket.error, message="write to the log failed")
+        while partition.high_watermark < self.end_offset:  # a duplicate still in flight
+            if partition.next_offset < self.end_offset:
+                return AppendResult(ErrorCode.KAFKA_STORAGE_ERROR, message="write failed")
+            event = trio.Event()
+            partition.add_waiter(event)
+            await event.wait()
+        return AppendResult(ErrorCode.NONE, self.first_offset, partition.log_start_offset)
+
+
+@dataclass(slots=True)
 class ReadResult:
     error: int
     high_watermark: int = -1
@@ -149,9 +173,19 @@ class Stream:
     async def append(
         self, index: int, records: bytes | memoryview | None, acks: int
     ) -> AppendResult:
-        """Validate and append a Produce request's records to one partition.
+        """Validate and append; returns once durable (acks != 0), or at once for acks=0."""
+        started = self.start_append(index, records, acks)
+        if isinstance(started, AppendResult):
+            return started
+        return await started.wait()
 
-        Returns once the batches are durable (acks != 0), or at once for acks=0.
+    def start_append(
+        self, index: int, records: bytes | memoryview | None, acks: int
+    ) -> AppendResult | PendingProduce:
+        """Validate a Produce request's records and queue them on the partition's segment.
+
+        Synchronous, so callers that run it in request order get appends in request order.
+        Returns the final result (an error, or acks=0), or a PendingProduce to await.
         """
         if self.deleted or not self.has_partition(index):
             return AppendResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
@@ -211,18 +245,9 @@ class Stream:
             first_offset = base_offset if first_offset is None else first_offset
             wait_for_offset = end
         assert first_offset is not None
-        if acks != 0:
-            if ticket is not None:
-                await ticket.event.wait()
-                if ticket.error:
-                    return AppendResult(ticket.error, message="write to the log failed")
-            while partition.high_watermark < wait_for_offset:  # duplicate still in flight
-                if partition.next_offset < wait_for_offset:
-                    return AppendResult(ErrorCode.KAFKA_STORAGE_ERROR)
-                event = trio.Event()
-                partition.add_waiter(event)
-                await event.wait()
-        return AppendResult(ErrorCode.NONE, first_offset, partition.log_start_offset)
+        if acks == 0:
+            return AppendResult(ErrorCode.NONE, first_offset, partition.log_start_offset)
+        return PendingProduce(partition, first_offset, wait_for_offset, ticket)
 
     def _on_durable(self, appended: list[PendingAppend]) -> None:
         for pending in appended:

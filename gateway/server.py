@@ -128,7 +128,11 @@ class Gateway:
                     while (frame := decoder.next_frame()) is not None:
                         slot = _ResponseSlot()
                         await send_slots.send(slot)
-                        nursery.start_soon(self._handle_frame, frame, slot)
+                        # Decoding and the handler's synchronous part run here, in request
+                        # order; only the waiting part runs as its own task.
+                        pending = self._start_request(frame, slot)
+                        if pending is not None:
+                            nursery.start_soon(self._finish_request, pending, slot)
 
     async def _write_responses(
         self,
@@ -144,7 +148,10 @@ class Gateway:
                 if slot.close_connection:
                     raise _CloseConnection("protocol error")
 
-    async def _handle_frame(self, frame: bytes, slot: _ResponseSlot) -> None:
+    def _start_request(
+        self, frame: bytes, slot: _ResponseSlot
+    ) -> tuple[RequestHeader, Awaitable[Any]] | None:
+        """Decode a frame and call its handler; None if the slot was already filled."""
         try:
             header, pos = decode_header(frame)
             support = SUPPORTED_APIS[header.api_key]
@@ -156,18 +163,27 @@ class Gateway:
                     )
                     body = admin.api_versions_body(ErrorCode.UNSUPPORTED_VERSION)
                     slot.fill(_framed(encode_response(downgraded, body)))
-                    return
+                    return None
                 raise ProtocolError(
                     f"unsupported version {header.api_version} of {ApiKey(header.api_key).name}"
                 )
             body = decode_body(header, frame, pos)
-            response = await HANDLERS[header.api_key](self.ctx, header, body)
-            if isinstance(response, dict):
-                response = encode_response(header, response)
+            return header, HANDLERS[header.api_key](self.ctx, header, body)
         except ProtocolError as exc:
             log.warning("closing connection after bad request: %s", exc)
-            slot.fill(None, close_connection=True)
-            return
+        except Exception:
+            log.exception("handler failed; closing the connection")
+        slot.fill(None, close_connection=True)
+        return None
+
+    async def _finish_request(
+        self, pending: tuple[RequestHeader, Awaitable[Any]], slot: _ResponseSlot
+    ) -> None:
+        header, awaitable = pending
+        try:
+            response = await awaitable
+            if isinstance(response, dict):
+                response = encode_response(header, response)
         except Exception:
             log.exception("handler failed; closing the connection")
             slot.fill(None, close_connection=True)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable
 from typing import Any
 
 import trio
 
 from core.errors import ErrorCode
 from core.store import TopicError
-from core.stream import AppendResult
+from core.stream import AppendResult, PendingProduce
 from core.topic_config import max_message_bytes
 from gateway.protocol.codec import RequestHeader
 from gateway.protocol.fetch_response import PartitionData, encode_fetch_response
@@ -22,40 +23,53 @@ _VALID_ACKS = (-1, 0, 1)
 _EARLIEST, _LATEST, _MAX_TIMESTAMP = -2, -1, -3
 
 
-async def produce(ctx: GatewayContext, header: RequestHeader, body: Any) -> dict[str, Any] | None:
+def produce(
+    ctx: GatewayContext, header: RequestHeader, body: Any
+) -> Awaitable[dict[str, Any] | None]:
+    """Queue every partition's batches now, synchronously; the returned awaitable waits for
+    durability and builds the response.
+
+    The server calls this in request order on each connection, so pipelined Produce requests
+    are appended in the order they were sent, whatever order their tasks later run in.
+    """
     acks = body.acks
-    results: dict[tuple[str, int], AppendResult] = {}
-
-    async def append(stream: Any, name: str, index: int, records: Any) -> None:
-        results[(name, index)] = await stream.append(index, records, acks)
-
-    async with trio.open_nursery() as nursery:
-        for topic in body.topic_data:
-            stream = None
-            error = ErrorCode.NONE
-            if acks not in _VALID_ACKS:
-                error = ErrorCode.INVALID_REQUIRED_ACKS
-            elif body.transactional_id is not None:
-                error = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    started: dict[tuple[str, int], AppendResult | PendingProduce] = {}
+    for topic in body.topic_data:
+        stream = None
+        error = ErrorCode.NONE
+        if acks not in _VALID_ACKS:
+            error = ErrorCode.INVALID_REQUIRED_ACKS
+        elif body.transactional_id is not None:
+            error = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        else:
+            try:
+                stream = ctx.store.get_or_create(topic.name)
+            except TopicError as exc:
+                error = exc.error_code
+            if stream is None and not error:
+                error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        limit = ctx.max_message_bytes
+        if stream is not None:  # the topic's max.message.bytes overrides the gateway's
+            limit = max_message_bytes(stream.record.configs, limit)
+        for part in topic.partition_data:
+            key = (topic.name, part.index)
+            if stream is None:
+                started[key] = AppendResult(error)
+            elif part.records is not None and len(part.records) > limit:
+                started[key] = AppendResult(ErrorCode.MESSAGE_TOO_LARGE)
             else:
-                try:
-                    stream = ctx.store.get_or_create(topic.name)
-                except TopicError as exc:
-                    error = exc.error_code
-                if stream is None and not error:
-                    error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            limit = ctx.max_message_bytes
-            if stream is not None:  # the topic's max.message.bytes overrides the gateway's
-                limit = max_message_bytes(stream.record.configs, limit)
-            for part in topic.partition_data:
-                if stream is None:
-                    results[(topic.name, part.index)] = AppendResult(error)
-                elif part.records is not None and len(part.records) > limit:
-                    results[(topic.name, part.index)] = AppendResult(ErrorCode.MESSAGE_TOO_LARGE)
-                else:
-                    # Each append queues its batch before its first await, so all partitions
-                    # of this request land in the same group commit.
-                    nursery.start_soon(append, stream, topic.name, part.index, part.records)
+                started[key] = stream.start_append(part.index, part.records, acks)
+    return _finish_produce(body, acks, started)
+
+
+async def _finish_produce(
+    body: Any, acks: int, started: dict[tuple[str, int], AppendResult | PendingProduce]
+) -> dict[str, Any] | None:
+    # Every partition was queued before this first await: they share one group commit.
+    results = {
+        key: value if isinstance(value, AppendResult) else await value.wait()
+        for key, value in started.items()
+    }
     if acks == 0:
         return None
     return {
