@@ -25,7 +25,7 @@ from .topic_config import ConfigError, validate_topic_configs
 log = logging.getLogger(__name__)
 
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
-MAX_PARTITIONS_PER_TOPIC = 1_000_000
+MAX_PARTITIONS_PER_TOPIC = 100_000
 
 
 @dataclass(slots=True)
