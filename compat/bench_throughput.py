@@ -916,6 +916,8 @@ def print_summary(report: Report, produce: ProduceOutcome, consume: ConsumeOutco
     rss = report["target"].get("gateway_peak_rss_kib")
     if rss is not None:
         print(f"gateway peak RSS (VmHWM): {rss / 1024:.1f} MiB")
+    if report["target"].get("gateway_exit_code") not in (None, 0):
+        print(f"  ! gateway exit code after SIGTERM: {report['target']['gateway_exit_code']}")
     for sample in produce.errors.samples + consume.verifier.samples:
         print(f"  ! {sample}")
     for problem in produce.offset_problems[:MAX_SAMPLES] + consume.problems():
@@ -930,7 +932,9 @@ def build_report(cfg: BenchConfig, target: Report, produce: ProduceOutcome,
     return {
         "benchmark": "compat/bench_throughput.py",
         "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "ok": produce_json["ok"] and consume_json["ok"],
+        # A gateway that crashes or hangs on SIGTERM is misbehaving too.
+        "ok": produce_json["ok"] and consume_json["ok"]
+              and target.get("gateway_exit_code") in (None, 0),
         "units": {"MB": "2**20 bytes of record values (keys not counted)",
                   "seconds": "produce: first produce() to last delivery report; "
                              "consume: assign() to last record received"},
