@@ -53,6 +53,9 @@ class MetadataStore(Protocol):
     def delete_topic(self, name: str) -> None: ...
     def update_topic_configs(self, name: str, configs: dict[str, str]) -> None: ...
     def grow_partitions(self, name: str, partitions: int, segment_id: int) -> None: ...
+    def scale_segments(
+        self, name: str, seal: list[int], successors: list[SegmentRecord]
+    ) -> None: ...
     def next_counter(self, name: str) -> int: ...
     def load_offsets(self) -> list[CommittedOffset]: ...
     def commit_offsets(self, offsets: list[CommittedOffset]) -> None: ...
@@ -186,6 +189,30 @@ class SQLiteMetadataStore:
             )
             if cursor.rowcount != 1:
                 raise ValueError(f"segment {segment_id} of {name!r} does not own the tail")
+
+    def scale_segments(self, name: str, seal: list[int], successors: list[SegmentRecord]) -> None:
+        """A scale event, in one transaction: mark the `seal` segments sealed and insert the
+        `successors` (open). ValueError (nothing changed) unless every segment to seal is
+        open and no successor id exists yet."""
+        with self._transaction() as db:
+            for segment_id in seal:
+                cursor = db.execute(
+                    "UPDATE segments SET sealed = 1 WHERE topic = ? AND segment_id = ? "
+                    "AND sealed = 0",
+                    (name, segment_id),
+                )
+                if cursor.rowcount != 1:
+                    raise ValueError(f"segment {segment_id} of {name!r} is not open")
+            try:
+                db.executemany(
+                    "INSERT INTO segments VALUES (?, ?, ?, ?, ?, 0)",
+                    [
+                        (name, s.segment_id, s.epoch, s.first_partition, s.last_partition)
+                        for s in successors
+                    ],
+                )
+            except sqlite3.IntegrityError as exc:
+                raise ValueError(f"successor segment of {name!r} already exists: {exc}") from None
 
     def next_counter(self, name: str) -> int:
         """Atomically increment and return a persistent counter (first value 0)."""

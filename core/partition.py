@@ -74,6 +74,9 @@ class Partition:
         # Running maximum of batch max-timestamps: monotonic, so timestamp lookups bisect.
         self._max_ts_prefix = array("q")
         self._producers: dict[int, ProducerState] | None = None
+        # Appended since this process started (the scaler balances splits with them).
+        self.bytes_in = 0
+        self.records_in = 0
         self._waiters: set[trio.Event] | None = None
 
     # --- index -------------------------------------------------------------------------

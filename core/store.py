@@ -234,4 +234,5 @@ async def _run_flusher(segment: SegmentLog) -> None:
     try:
         await segment.run_flusher()
     finally:
-        segment.release()
+        if not segment.sealed:  # a sealed log keeps its file open for reads
+            segment.release()

@@ -1,15 +1,20 @@
 """A stream: one Kafka topic, its virtual partitions and the segments that hold their data.
 
-Today every stream has one open segment owning all of its partitions; the owner lookup and
-the per-batch segment id in the partition index are the seams where split and merge (scale
-events, core/scaling) plug in.
+The open segments (the current epoch) own contiguous ranges of the partitions; `_owners`
+maps a partition to its open segment, and the partition index remembers the segment of every
+batch. A scale event (`scale`) seals segments and opens successors: committed in metadata
+first, then switched in memory synchronously, i.e. between two appends. Sealed segments stay
+readable; offsets and producer state are per partition and simply continue.
 """
 
 from __future__ import annotations
 
 import bisect
+import contextlib
 import logging
 import os
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import trio
@@ -23,8 +28,10 @@ from gateway.protocol.records import (
 )
 
 from .errors import ErrorCode
-from .metadata import TopicRecord
+from .metadata import MetadataStore, SegmentRecord, TopicRecord
 from .partition import Partition
+from .scaling.crash import crash_point
+from .scaling.plan import ScaleError, check_scale
 from .segments.log import PendingAppend, SegmentLog
 
 log = logging.getLogger(__name__)
@@ -82,14 +89,44 @@ class ReadResult:
     batches: list[bytes] | None = None
 
 
+@dataclass(slots=True)
+class SegmentStats:
+    """Counters of one segment since this process opened it (metrics and the scaler)."""
+
+    created: float  # time.monotonic() when opened or created
+    bytes_in: int = 0
+    records_in: int = 0
+    bytes_out: int = 0
+
+
+@dataclass(slots=True)
+class ScaleResult:
+    kind: str  # "split" or "merge"
+    epoch: int
+    sealed: list[int]
+    successors: list[SegmentRecord]
+
+
 class Stream:
-    def __init__(self, record: TopicRecord, directory: str) -> None:
+    def __init__(
+        self,
+        record: TopicRecord,
+        directory: str,
+        metadata: MetadataStore | None = None,
+        spawn_flusher: Callable[[SegmentLog], None] | None = None,
+    ) -> None:
+        """`metadata` and `spawn_flusher` (starts a log's flusher task) are needed by
+        `scale` only."""
         self.record = record
         self.directory = directory
+        self._metadata = metadata
+        self._spawn_flusher = spawn_flusher
         self._partitions: dict[int, Partition] = {}
         self.segments: dict[int, SegmentLog] = {}
+        self.stats: dict[int, SegmentStats] = {}
         # (first partition, last partition, segment id) of the open segments, sorted.
         self._owners: list[tuple[int, int, int]] = []
+        self.scale_events = {"split": 0, "merge": 0}
         self.deleted = False
 
     @property
@@ -100,25 +137,54 @@ class Stream:
     def partition_count(self) -> int:
         return self.record.partitions
 
+    def _segment_path(self, segment_id: int) -> str:
+        return os.path.join(self.directory, f"segment-{segment_id}.log")
+
     def open_segments(self) -> list[SegmentLog]:
-        """Open and replay every segment's log; returns them for their flusher tasks."""
+        """Open and replay every segment's log; returns the open ones for their flushers.
+
+        Logs are replayed in segment id order: a successor always has a larger id than the
+        segments it replaced, so each partition's batches are indexed in offset order.
+        Segment files without a metadata row (a scale event that crashed before its commit)
+        are removed.
+        """
         os.makedirs(self.directory, exist_ok=True)
-        for seg in self.record.segments:
-            path = os.path.join(self.directory, f"segment-{seg.segment_id}.log")
-            segment = SegmentLog(path, self._on_durable, self._on_failed)
+        known = {f"segment-{seg.segment_id}.log" for seg in self.record.segments}
+        for entry in os.listdir(self.directory):
+            if entry.startswith("segment-") and entry not in known:
+                log.warning("stream %s: removing uncommitted segment file %s", self.name, entry)
+                os.remove(os.path.join(self.directory, entry))
+        now = time.monotonic()
+        for seg in sorted(self.record.segments, key=lambda s: s.segment_id):
+            segment = SegmentLog(self._segment_path(seg.segment_id), self._on_durable, self._on_failed)
             self.segments[seg.segment_id] = segment
+            self.stats[seg.segment_id] = SegmentStats(now)
             self._replay(seg.segment_id, segment)
-            if not seg.sealed:
+            if seg.sealed:
+                segment.seal()
+            else:
                 self._owners.append((seg.first_partition, seg.last_partition, seg.segment_id))
         self._owners.sort()
         for partition in self._partitions.values():
             partition.high_watermark = partition.next_offset
-        return list(self.segments.values())
+        return [self.segments[segment_id] for _f, _l, segment_id in self._owners]
 
     def _replay(self, segment_id: int, segment: SegmentLog) -> None:
         for entry in segment.replay():
             header = read_batch_header(entry.batch)
             partition = self.partition(entry.partition)
+            if header.base_offset != partition.next_offset and partition.next_offset > 0:
+                # Successor flushers wait for their predecessors, so this is not expected.
+                log.warning(
+                    "stream %s partition %d: segment %d batch at offset %d, expected %d",
+                    self.name,
+                    entry.partition,
+                    segment_id,
+                    header.base_offset,
+                    partition.next_offset,
+                )
+                if header.base_offset < partition.next_offset:
+                    continue  # already indexed: never index an offset twice
             partition.add_batch(
                 header.base_offset,
                 header.record_count,
@@ -151,6 +217,72 @@ class Stream:
         first, last, segment_id = self._owners[i]
         assert first <= index <= last, "open segments must cover every partition"
         return segment_id, self.segments[segment_id]
+
+    def owners(self) -> list[tuple[int, int, int]]:
+        """(first partition, last partition, segment id) of the open segments, sorted."""
+        return list(self._owners)
+
+    @property
+    def epoch(self) -> int:
+        return max((seg.epoch for seg in self.record.segments), default=0)
+
+    def scale(self, seal: Sequence[int], new_ranges: Sequence[tuple[int, int]]) -> ScaleResult:
+        """Seal open segments `seal` and open successors owning `new_ranges` (epoch + 1).
+
+        Validated first (ScaleError: not open, not adjacent, ranges not tiling the sealed
+        partitions, not a split or merge). The successors' files are created, then one
+        metadata transaction commits the event; only then the switch happens in memory,
+        synchronously, so every append queued before it went to the old segments and every
+        later one goes to the successors. The sealed logs drain their queues and stay open
+        for reads; successors flush only after their predecessors drained. A crash before
+        the commit leaves orphan files that `open_segments` removes.
+        """
+        if self._metadata is None or self._spawn_flusher is None:
+            raise ScaleError("stream is not attached to a store")
+        if self.deleted:
+            raise ScaleError("stream is deleted")
+        kind, ranges = check_scale(self._owners, seal, new_ranges)
+        next_id = max(self.segments) + 1
+        epoch = self.epoch + 1
+        successors = [
+            SegmentRecord(next_id + i, epoch, first, last) for i, (first, last) in enumerate(ranges)
+        ]
+        predecessors = [self.segments[segment_id] for segment_id in seal]
+        logs = [
+            SegmentLog(
+                self._segment_path(s.segment_id), self._on_durable, self._on_failed, predecessors
+            )
+            for s in successors
+        ]
+        crash_point("scale-before-commit")
+        try:
+            self._metadata.scale_segments(self.name, list(seal), successors)
+        except BaseException:
+            for segment_log in logs:
+                segment_log.close()
+                with contextlib.suppress(OSError):
+                    os.remove(segment_log.path)
+            raise
+        crash_point("scale-after-commit")
+        # From here on synchronous: no append can run between the seal and the switch.
+        now = time.monotonic()
+        for segment_log in predecessors:
+            segment_log.seal()
+        sealed = set(seal)
+        for seg in self.record.segments:
+            if seg.segment_id in sealed:
+                seg.sealed = True
+        self.record.segments.extend(successors)
+        for record, segment_log in zip(successors, logs, strict=True):
+            self.segments[record.segment_id] = segment_log
+            self.stats[record.segment_id] = SegmentStats(now)
+            self._spawn_flusher(segment_log)
+        self._owners = sorted(
+            [o for o in self._owners if o[2] not in sealed]
+            + [(s.first_partition, s.last_partition, s.segment_id) for s in successors]
+        )
+        self.scale_events[kind] += 1
+        return ScaleResult(kind, epoch, list(seal), successors)
 
     @property
     def tail_segment_id(self) -> int:
@@ -202,6 +334,7 @@ class Stream:
                     ErrorCode.INVALID_RECORD, message="transactions are not supported"
                 )
         segment_id, segment = self._owner(index)
+        stats = self.stats[segment_id]
         first_offset: int | None = None
         ticket: Ticket | None = None
         wait_for_offset = 0
@@ -242,6 +375,10 @@ class Stream:
                     header.record_count,
                     base_offset,
                 )
+            stats.bytes_in += len(batch)
+            stats.records_in += header.record_count
+            partition.bytes_in += len(batch)
+            partition.records_in += header.record_count
             first_offset = base_offset if first_offset is None else first_offset
             wait_for_offset = end
         assert first_offset is not None
@@ -277,10 +414,10 @@ class Stream:
         hw, start = partition.high_watermark, partition.log_start_offset
         if offset < start or offset > hw:
             return ReadResult(ErrorCode.OFFSET_OUT_OF_RANGE, hw, start)
-        batches = [
-            self.segments[loc.segment_id].read(loc.position, loc.size)
-            for loc in partition.locate(offset, max_bytes, first_may_exceed)
-        ]
+        batches = []
+        for loc in partition.locate(offset, max_bytes, first_may_exceed):
+            batches.append(self.segments[loc.segment_id].read(loc.position, loc.size))
+            self.stats[loc.segment_id].bytes_out += loc.size
         return ReadResult(ErrorCode.NONE, hw, start, batches)
 
     def offset_for_timestamp(self, index: int, timestamp: int) -> tuple[int, int]:

@@ -6,6 +6,11 @@ The batch is the producer's RecordBatch with its baseOffset already patched in. 
 queued in memory and written by one flusher task: it `writev`s everything queued, fsyncs once,
 and only then reports the entries durable, so any number of concurrent producers share one
 flush. On open the file is replayed and cut after the last complete, CRC-valid entry.
+
+A scale event *seals* a log: it takes no more appends, its flusher drains what is queued and
+returns, and the file stays open for reads. A successor log (`after=`) does not flush until
+its predecessors have drained, so a partition's batches become durable (and visible) in
+offset order across the seal.
 """
 
 from __future__ import annotations
@@ -56,8 +61,10 @@ class SegmentLog:
         path: str,
         on_durable: Callable[[list[PendingAppend]], None],
         on_failed: Callable[[list[PendingAppend], Exception], None],
+        after: list[SegmentLog] | None = None,
     ) -> None:
         self.path = path
+        self._after = after or []
         self._on_durable = on_durable
         self._on_failed = on_failed
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -67,7 +74,11 @@ class SegmentLog:
         self._queued: list[PendingAppend] = []
         self._work = trio.Event()
         self._flushed = trio.Event()
-        self.closed = False
+        self.closed = False  # no more appends (sealed or shut down)
+        self.sealed = False  # closed by a scale event: the file stays open for reads
+        self.drained = trio.Event()  # set when the flusher has returned
+        self.drain_failed = False
+        self._flusher_running = False
 
     # --- recovery ----------------------------------------------------------------------
 
@@ -126,13 +137,32 @@ class SegmentLog:
         os.fsync(self._fd)
 
     async def run_flusher(self) -> None:
-        """Write and fsync queued entries until closed. Run in the store's nursery."""
+        """Write and fsync queued entries until closed, draining the queue before returning.
+
+        Run in the store's nursery. Waits first for the predecessor logs to drain; if one of
+        them failed, whatever is queued here fails too (its partitions were rolled back).
+        """
+        self._flusher_running = True
+        try:
+            for predecessor in self._after:
+                await predecessor.drained.wait()
+                if predecessor.drain_failed and self._queued:
+                    self._fail_from(
+                        self.durable_size, [], OSError(errno.EIO, "predecessor segment failed")
+                    )
+            self._after = []
+            await self._flush_until_closed()
+        finally:
+            self._flusher_running = False
+            self.drained.set()
+
+    async def _flush_until_closed(self) -> None:
         while True:
-            await self._work.wait()
-            self._work = trio.Event()
             if not self._queued:
                 if self.closed:
                     return
+                await self._work.wait()
+                self._work = trio.Event()
                 continue
             buffers, batch = self._queued_buffers, self._queued
             self._queued_buffers, self._queued = [], []
@@ -140,6 +170,7 @@ class SegmentLog:
             try:
                 await trio.to_thread.run_sync(self._write_and_sync, buffers, start)
             except OSError as exc:
+                self.drain_failed = self.drain_failed or self.closed
                 self._fail_from(start, batch, exc)
             else:
                 self.durable_size = batch[-1].end
@@ -169,9 +200,19 @@ class SegmentLog:
     def read(self, position: int, length: int) -> bytes:
         return os.pread(self._fd, length, position)
 
-    def close(self) -> None:
-        self.closed = True
+    def seal(self) -> None:
+        """Refuse further appends; the flusher drains the queue and returns; reads go on."""
+        self.closed = self.sealed = True
         self._work.set()
+
+    def close(self) -> None:
+        """Refuse appends and stop the flusher (after it drains). A sealed log whose flusher
+        has already returned (or never ran) releases its file at once."""
+        self.closed = True
+        self.sealed = False
+        self._work.set()
+        if not self._flusher_running:
+            self.release()
 
     def release(self) -> None:
         """Close the file descriptor (after the flusher has returned)."""
