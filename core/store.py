@@ -18,8 +18,11 @@ import trio
 
 from .errors import ErrorCode
 from .metadata import SegmentRecord, SQLiteMetadataStore, TopicRecord
+from .scaling.plan import ScaleError, split_range
+from .scaling.policy import Decision
+from .scaling.scaler import RateMeter, run_scaler
 from .segments.log import SegmentLog
-from .stream import Stream
+from .stream import ScaleResult, Stream
 from .topic_config import ConfigError, validate_topic_configs
 
 log = logging.getLogger(__name__)
@@ -33,6 +36,8 @@ class StoreSettings:
     data_dir: str
     default_partitions: int = 1
     auto_create_topics: bool = True
+    scaling_window_s: float = 60.0  # the scaler's sliding window
+    scaling_interval_s: float = 5.0  # how often the scaler evaluates each stream
 
 
 class TopicError(Exception):
@@ -50,6 +55,7 @@ class StreamStore:
     def __init__(self, settings: StoreSettings) -> None:
         self.settings = settings
         self.streams: dict[str, Stream] = {}
+        self.meters: dict[str, RateMeter] = {}
         self._metadata: SQLiteMetadataStore | None = None
         self._nursery: trio.Nursery | None = None
         self._stopping = trio.Event()
@@ -102,12 +108,77 @@ class StreamStore:
             return f.read().strip()
 
     def _open_stream(self, record: TopicRecord) -> Stream:
-        stream = Stream(record, os.path.join(self._streams_dir, record.topic_id.hex))
+        nursery = self._nursery
+        assert nursery is not None
+        stream = Stream(
+            record,
+            os.path.join(self._streams_dir, record.topic_id.hex),
+            self.metadata,
+            lambda segment: nursery.start_soon(_run_flusher, segment),
+        )
         for segment in stream.open_segments():
-            assert self._nursery is not None
-            self._nursery.start_soon(_run_flusher, segment)
+            nursery.start_soon(_run_flusher, segment)
         self.streams[record.name] = stream
+        settings = self.settings
+        meter = self.meters[record.name] = RateMeter(stream, settings.scaling_window_s)
+        nursery.start_soon(
+            run_scaler,
+            stream,
+            self._apply_decision,
+            settings.scaling_window_s,
+            settings.scaling_interval_s,
+            self._stopping,
+            meter,
+        )
         return stream
+
+    # --- scale events ------------------------------------------------------------------
+
+    def _apply_decision(self, stream: Stream, decision: Decision) -> None:
+        self._scale(stream, decision.seal, decision.new_ranges, f"policy: {decision.reason}")
+
+    def scale(self, name: str, seal: list[int], new_ranges: list[tuple[int, int]]) -> ScaleResult:
+        """A manual scale event (admin endpoint). TopicError for an unknown topic,
+        ScaleError when the request is refused."""
+        return self._scale(self._existing(name), seal, new_ranges, "manual")
+
+    def split(self, name: str, segment_id: int, parts: int = 2) -> ScaleResult:
+        """Split open segment `segment_id` into `parts` ranges balanced by partition count."""
+        stream = self._existing(name)
+        for first, last, owner in stream.owners():
+            if owner == segment_id:
+                return self._scale(
+                    stream, [segment_id], split_range(first, last, parts), "manual split"
+                )
+        raise ScaleError(f"segment {segment_id} is not an open segment of {name!r}")
+
+    def merge(self, name: str, segment_ids: list[int]) -> ScaleResult:
+        """Merge adjacent open segments into one."""
+        stream = self._existing(name)
+        ranges = [(f, last) for f, last, sid in stream.owners() if sid in set(segment_ids)]
+        if len(ranges) != len(set(segment_ids)):
+            raise ScaleError(f"not all of {segment_ids} are open segments of {name!r}")
+        whole = (min(r[0] for r in ranges), max(r[1] for r in ranges))
+        return self._scale(stream, segment_ids, [whole], "manual merge")
+
+    def _scale(
+        self, stream: Stream, seal: list[int], new_ranges: list[tuple[int, int]], why: str
+    ) -> ScaleResult:
+        try:
+            result = stream.scale(seal, new_ranges)
+        except ValueError as exc:  # ScaleError, or the metadata transaction refused it
+            log.warning("topic %s: scale %s -> %s refused: %s", stream.name, seal, new_ranges, exc)
+            raise ScaleError(str(exc)) from None
+        log.info(
+            "topic %s: %s, epoch %d: sealed %s, opened %s (%s)",
+            stream.name,
+            result.kind,
+            result.epoch,
+            result.sealed,
+            [(s.segment_id, s.first_partition, s.last_partition) for s in result.successors],
+            why,
+        )
+        return result
 
     def _remove_orphan_directories(self) -> None:
         """Drop stream folders whose topic is gone (a crash in the middle of a delete)."""
@@ -171,6 +242,7 @@ class StreamStore:
             raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}")
         self.metadata.delete_topic(name)
         del self.streams[name]
+        self.meters.pop(name, None)
         stream.close()
         shutil.rmtree(stream.directory, ignore_errors=True)
         log.info("deleted topic %s", name)

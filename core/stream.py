@@ -156,7 +156,9 @@ class Stream:
                 os.remove(os.path.join(self.directory, entry))
         now = time.monotonic()
         for seg in sorted(self.record.segments, key=lambda s: s.segment_id):
-            segment = SegmentLog(self._segment_path(seg.segment_id), self._on_durable, self._on_failed)
+            segment = SegmentLog(
+                self._segment_path(seg.segment_id), self._on_durable, self._on_failed
+            )
             self.segments[seg.segment_id] = segment
             self.stats[seg.segment_id] = SegmentStats(now)
             self._replay(seg.segment_id, segment)
@@ -208,6 +210,10 @@ class Stream:
         if partition is None:
             partition = self._partitions[index] = Partition(index)
         return partition
+
+    def iter_partitions(self) -> list[tuple[int, Partition]]:
+        """The partitions that exist in memory (used or replayed); idle ones do not."""
+        return list(self._partitions.items())
 
     def has_partition(self, index: int) -> bool:
         return 0 <= index < self.record.partitions
