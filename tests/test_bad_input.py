@@ -579,3 +579,29 @@ def test_server_survived_everything(shared_gateway):
     """Runs last in this module: after all of the above the server is still usable."""
     assert_healthy(shared_gateway)
     confluent_round_trip(shared_gateway.bootstrap, unique_topic("final"), b"still here")
+
+
+def test_retry_of_any_of_the_last_five_batches_gets_its_original_offset(shared_gateway, topic):
+    """Kafka keeps five batches per producer and partition; so must we, across a restart."""
+    create_topic(shared_gateway.bootstrap, topic)
+    pid, epoch = _producer_id(shared_gateway.bootstrap)
+
+    def batch(seq: int, value: bytes, producer_epoch: int = epoch) -> bytes:
+        return build_record_batch(
+            [Rec(value)], producer_id=pid, producer_epoch=producer_epoch, base_sequence=seq
+        )
+
+    for seq in range(6):
+        p = produce_raw(shared_gateway.bootstrap, topic, batch(seq, b"v%d" % seq))
+        assert (p.error_code, p.base_offset) == (ERR_NONE, seq)
+    for seq in (1, 3, 5):  # batches 1..5 are remembered
+        p = produce_raw(shared_gateway.bootstrap, topic, batch(seq, b"v%d" % seq))
+        assert (p.error_code, p.base_offset) == (ERR_NONE, seq)
+    # batch 0 fell out of the cache: it is neither a known duplicate nor the next sequence
+    p = produce_raw(shared_gateway.bootstrap, topic, batch(0, b"v0"))
+    assert p.error_code == ERR_OUT_OF_ORDER_SEQUENCE
+    # an older epoch is fenced; a newer one starts again at sequence 0
+    p = produce_raw(shared_gateway.bootstrap, topic, batch(6, b"old", epoch - 1))
+    assert p.error_code == 47  # INVALID_PRODUCER_EPOCH
+    p = produce_raw(shared_gateway.bootstrap, topic, batch(0, b"new", epoch + 1))
+    assert (p.error_code, p.base_offset) == (ERR_NONE, 6)
