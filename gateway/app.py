@@ -11,6 +11,7 @@ import trio
 
 from core.groups import GroupCoordinator, GroupSettings
 from core.store import StoreSettings, StreamStore
+from gateway.admin_http import AdminServer
 from gateway.handlers.context import GatewayContext
 from gateway.server import Gateway, ServerSettings
 
@@ -29,11 +30,20 @@ class Settings:
     max_request_bytes: int = 100 * 1024 * 1024
     max_message_bytes: int = 8 * 1024 * 1024
     group_initial_rebalance_delay_ms: int = 300
+    metrics_listen: tuple[str, int] | None = None  # admin/metrics HTTP endpoint, off if None
+    scaling_window_s: float = 60.0
+    scaling_interval_s: float = 5.0
 
 
 async def serve(settings: Settings) -> None:
     store = StreamStore(
-        StoreSettings(settings.data_dir, settings.default_partitions, settings.auto_create_topics)
+        StoreSettings(
+            settings.data_dir,
+            settings.default_partitions,
+            settings.auto_create_topics,
+            scaling_window_s=settings.scaling_window_s,
+            scaling_interval_s=settings.scaling_interval_s,
+        )
     )
     async with trio.open_nursery() as root:
         await root.start(store.run)
@@ -46,6 +56,16 @@ async def serve(settings: Settings) -> None:
         try:
             with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                 async with trio.open_nursery() as server_nursery:
+                    if settings.metrics_listen is not None:
+                        host, metrics_port = settings.metrics_listen
+                        admin = await server_nursery.start(
+                            AdminServer(store).serve, host, metrics_port
+                        )
+                        log.info(
+                            "admin/metrics HTTP on %s:%d",
+                            host,
+                            admin[0].socket.getsockname()[1],
+                        )
                     listeners = await server_nursery.start(
                         _serve_tcp, settings, store, groups, server_nursery
                     )

@@ -11,6 +11,7 @@ import trio
 
 from gateway.app import Settings, serve
 from gateway.groups_cli import add_groups_parser, run_groups
+from gateway.streams_cli import add_streams_parser, run_streams
 
 
 def _host_port(value: str) -> tuple[str, int]:
@@ -86,12 +87,34 @@ def build_parser() -> argparse.ArgumentParser:
         help="how long a new group waits for more members before its first rebalance "
         "(STREAMGATE_GROUP_INITIAL_REBALANCE_DELAY_MS, default 300; Kafka's is 3000)",
     )
+    metrics = _env("METRICS_LISTEN")
+    serve_cmd.add_argument(
+        "--metrics-listen",
+        type=_host_port,
+        default=_host_port(metrics) if metrics else None,
+        help="serve Prometheus /metrics and the /streams admin API over HTTP on HOST:PORT "
+        "(STREAMGATE_METRICS_LISTEN; off by default)",
+    )
+    # Hidden tuning knobs for the scaler (tests shrink the 60 s window to seconds).
+    serve_cmd.add_argument(
+        "--scaling-window-s",
+        type=float,
+        default=float(_env("SCALING_WINDOW_S", "60") or 60),
+        help=argparse.SUPPRESS,
+    )
+    serve_cmd.add_argument(
+        "--scaling-interval-s",
+        type=float,
+        default=float(_env("SCALING_INTERVAL_S", "0") or 0),
+        help=argparse.SUPPRESS,
+    )
     serve_cmd.add_argument(
         "--log-level",
         default=_env("LOG_LEVEL", "INFO"),
         help="DEBUG, INFO, WARNING (STREAMGATE_LOG_LEVEL)",
     )
     add_groups_parser(commands)
+    add_streams_parser(commands)
     return parser
 
 
@@ -115,11 +138,17 @@ def main(argv: list[str] | None = None) -> int:
             max_request_bytes=args.max_request_bytes,
             max_message_bytes=args.max_message_bytes,
             group_initial_rebalance_delay_ms=args.group_initial_rebalance_delay_ms,
+            metrics_listen=args.metrics_listen,
+            scaling_window_s=args.scaling_window_s,
+            # Default: evaluate a dozen times per window, at most every 5 s.
+            scaling_interval_s=args.scaling_interval_s or min(5.0, args.scaling_window_s / 12),
         )
         os.makedirs(settings.data_dir, exist_ok=True)
         trio.run(serve, settings)
     elif args.command == "groups":
         return run_groups(args)
+    elif args.command == "streams":
+        return run_streams(args)
     return 0
 
 

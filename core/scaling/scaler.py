@@ -1,0 +1,134 @@
+"""The scaler: one trio task per stream that measures rates and applies the scaling policy.
+
+Every `interval` seconds it samples the stream's cumulative counters (per open segment and
+per partition, bytes and records in) into a sliding window of `window` seconds, computes each
+open segment's rate over the window (or over its lifetime if younger), and hands them to
+`policy.decide`. The policy is re-read from the topic's configs each time, so AlterConfigs
+takes effect at the next evaluation. Every decision is logged with the numbers behind it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import trio
+
+from ..stream import Stream
+from .plan import ScaleError
+from .policy import Decision, ScalingPolicy, SegmentLoad, decide
+
+log = logging.getLogger(__name__)
+
+COOLDOWN_WINDOWS = 2.0
+
+
+@dataclass(slots=True)
+class _Sample:
+    at: float
+    segments: dict[int, tuple[int, int]]  # segment id -> (bytes in, records in)
+    partitions: dict[int, tuple[int, int]]  # partition -> (bytes in, records in)
+
+
+class RateMeter:
+    """Sliding-window rates of a stream's open segments and their partitions."""
+
+    def __init__(self, stream: Stream, window: float) -> None:
+        self.stream = stream
+        self.window = window
+        self._samples: deque[_Sample] = deque()
+
+    def sample(self, now: float | None = None) -> None:
+        """Record the counters now; forget samples older than the window."""
+        now = time.monotonic() if now is None else now
+        stream = self.stream
+        self._samples.append(
+            _Sample(
+                now,
+                {sid: (st.bytes_in, st.records_in) for sid, st in stream.stats.items()},
+                {i: (p.bytes_in, p.records_in) for i, p in stream.iter_partitions()},
+            )
+        )
+        while len(self._samples) > 2 and self._samples[1].at <= now - self.window:
+            self._samples.popleft()
+
+    def loads(self, event_rate: bool) -> list[SegmentLoad]:
+        """The open segments' loads: KiB/s (or records/s with `event_rate`) over the window."""
+        if not self._samples:
+            return []
+        old, new = self._samples[0], self._samples[-1]
+        which = 1 if event_rate else 0
+        scale = 1.0 if event_rate else 1 / 1024
+        loads = []
+        for first, last, segment_id in self.stream.owners():
+            stats = self.stream.stats[segment_id]
+            since = max(old.at, stats.created)
+            elapsed = max(new.at - since, 1e-6)
+            start = old.segments.get(segment_id, (0, 0))[which] if old.at >= stats.created else 0
+            count = new.segments.get(segment_id, (0, 0))[which] - start
+            partition_rates = {}
+            for index, counts in new.partitions.items():
+                if first <= index <= last:
+                    before = old.partitions.get(index, (0, 0))[which]
+                    partition_rates[index] = (counts[which] - before) * scale / elapsed
+            loads.append(
+                SegmentLoad(
+                    segment_id,
+                    first,
+                    last,
+                    count * scale / elapsed,
+                    new.at - stats.created,
+                    partition_rates,
+                )
+            )
+        return loads
+
+    def rate(self, segment_id: int, event_rate: bool = False) -> float:
+        """The current rate of one open segment (0 if sealed or unknown)."""
+        for load in self.loads(event_rate):
+            if load.segment_id == segment_id:
+                return load.rate
+        return 0.0
+
+
+ApplyFn = Callable[[Stream, Decision], None]
+
+
+async def run_scaler(
+    stream: Stream,
+    apply: ApplyFn,
+    window: float,
+    interval: float,
+    stopping: trio.Event,
+    meter: RateMeter | None = None,
+) -> None:
+    """Evaluate the stream's policy every `interval` s until the stream is deleted or
+    `stopping` is set. `apply` performs a decision (the store's scale); a refused decision
+    is logged and skipped."""
+    meter = meter or RateMeter(stream, window)
+    cooldown = COOLDOWN_WINDOWS * window
+    while not stream.deleted and not stopping.is_set():
+        with trio.move_on_after(interval):
+            await stopping.wait()
+        if stream.deleted or stopping.is_set():
+            return
+        meter.sample()
+        policy = ScalingPolicy.from_configs(stream.record.configs)
+        if policy.kind == "fixed":
+            continue
+        for decision in decide(meter.loads(policy.kind == "event-rate"), policy, cooldown):
+            log.info(
+                "scaler %s: %s %s -> %s: %s",
+                stream.name,
+                decision.kind,
+                decision.seal,
+                decision.new_ranges,
+                decision.reason,
+            )
+            try:
+                apply(stream, decision)
+            except (ScaleError, ValueError) as exc:
+                log.warning("scaler %s: %s refused: %s", stream.name, decision.kind, exc)

@@ -1,0 +1,116 @@
+"""Hand-written Metadata response encoder (v0-v12), byte-identical to kio's.
+
+Virtual partitions are cheap, so a topic may have thousands; kio builds a dataclass per
+partition (~19 us each). Here every partition of a topic has the same shape (this node leads
+it, with itself as the only replica), so the encoded partitions array depends only on
+(version, node, partition count) and is cached.
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_PARTITION_V0 = struct.Struct(">hii")  # error, index, leader
+_PARTITION_V7 = struct.Struct(">hiii")  # + leader epoch
+_NO_OPERATIONS = -(2**31)  # authorized operations not requested
+
+
+@dataclass(frozen=True, slots=True)
+class TopicMetadata:
+    error_code: int
+    name: str
+    partitions: int  # count; 0 with an error
+    topic_id: uuid.UUID = uuid.UUID(int=0)
+
+
+def _uvarint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _string(value: str | None, flexible: bool) -> bytes:
+    if value is None:
+        return b"\x00" if flexible else _I16.pack(-1)
+    raw = value.encode()
+    return (_uvarint(len(raw) + 1) if flexible else _I16.pack(len(raw))) + raw
+
+
+def _array_len(count: int, flexible: bool) -> bytes:
+    return _uvarint(count + 1) if flexible else _I32.pack(count)
+
+
+@lru_cache(maxsize=512)
+def _partitions(version: int, node_id: int, count: int) -> bytes:
+    """The encoded partitions array of a topic whose partitions 0..count-1 this node leads."""
+    flexible = version >= 9
+    nodes = _array_len(1, flexible) + _I32.pack(node_id)
+    tail = nodes + nodes  # replicas, in-sync replicas
+    if version >= 5:
+        tail += _array_len(0, flexible)  # offline replicas
+    if flexible:
+        tail += b"\x00"
+    parts = [_array_len(count, flexible)]
+    if version >= 7:
+        pack = _PARTITION_V7.pack
+        parts.extend(pack(0, i, node_id, 0) + tail for i in range(count))
+    else:
+        pack = _PARTITION_V0.pack
+        parts.extend(pack(0, i, node_id) + tail for i in range(count))
+    return b"".join(parts)
+
+
+def encode_metadata_response(
+    correlation_id: int,
+    version: int,
+    brokers: Sequence[tuple[int, str, int]],
+    cluster_id: str | None,
+    controller_id: int,
+    topics: Sequence[TopicMetadata],
+    node_id: int,
+    cluster_authorized_operations: int = _NO_OPERATIONS,
+) -> bytes:
+    """The response (header + body, no size prefix); `brokers` are (node, host, port)."""
+    flexible = version >= 9
+    out = [_I32.pack(correlation_id)]
+    if flexible:
+        out.append(b"\x00")  # response header v1 tagged fields
+    if version >= 3:
+        out.append(_I32.pack(0))  # throttle time
+    out.append(_array_len(len(brokers), flexible))
+    for broker_id, host, port in brokers:
+        out += [_I32.pack(broker_id), _string(host, flexible), _I32.pack(port)]
+        if version >= 1:
+            out.append(_string(None, flexible))  # rack
+        if flexible:
+            out.append(b"\x00")
+    if version >= 2:
+        out.append(_string(cluster_id, flexible))
+    if version >= 1:
+        out.append(_I32.pack(controller_id))
+    out.append(_array_len(len(topics), flexible))
+    for topic in topics:
+        out += [_I16.pack(topic.error_code), _string(topic.name, flexible)]
+        if version >= 10:
+            out.append(topic.topic_id.bytes)
+        if version >= 1:
+            out.append(b"\x00")  # is_internal
+        out.append(_partitions(version, node_id, topic.partitions))
+        if version >= 8:
+            out.append(_I32.pack(_NO_OPERATIONS))
+        if flexible:
+            out.append(b"\x00")
+    if 8 <= version <= 10:
+        out.append(_I32.pack(cluster_authorized_operations))
+    if flexible:
+        out.append(b"\x00")
+    return b"".join(out)

@@ -1,0 +1,126 @@
+"""`streamgate streams describe TOPIC` and `streamgate streams scale TOPIC ...`.
+
+They talk to a running gateway's admin HTTP endpoint (`serve --metrics-listen`):
+GET /streams/TOPIC and POST /streams/TOPIC/scale. Exit codes: 0 ok, 1 refused or unknown
+topic, 2 no gateway reachable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import urllib.error
+import urllib.request
+from typing import Any, TextIO
+from urllib.parse import quote
+
+DEFAULT_ADMIN = "http://127.0.0.1:9095"
+_COLUMNS = (
+    "EPOCH",
+    "SEGMENT",
+    "PARTITIONS",
+    "STATE",
+    "SIZE-BYTES",
+    "RECORDS-IN",
+    "KIB/S",
+    "EVENTS/S",
+)
+
+
+def add_streams_parser(commands: Any) -> None:
+    """Add the `streams` command with its `describe` and `scale` subcommands."""
+    default_admin = os.environ.get("STREAMGATE_ADMIN", DEFAULT_ADMIN)
+    streams = commands.add_parser("streams", help="describe and scale a topic's segments")
+    actions = streams.add_subparsers(dest="streams_command", required=True)
+    describe = actions.add_parser("describe", help="epochs and segments of a topic")
+    scale = actions.add_parser("scale", help="split or merge segments by hand")
+    for action in (describe, scale):
+        action.add_argument("topic")
+        action.add_argument(
+            "--admin",
+            default=default_admin,
+            help=f"admin endpoint URL (STREAMGATE_ADMIN, default {DEFAULT_ADMIN})",
+        )
+    how = scale.add_mutually_exclusive_group(required=True)
+    how.add_argument("--split", type=int, metavar="SEG", help="segment id to split")
+    how.add_argument(
+        "--merge",
+        type=lambda v: [int(x) for x in v.split(",")],
+        metavar="SEG,SEG",
+        help="adjacent open segment ids to merge",
+    )
+    scale.add_argument("--parts", type=int, default=2, help="successors of a split (default 2)")
+
+
+def run_streams(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    url = f"{args.admin.rstrip('/')}/streams/{quote(args.topic, safe='')}"
+    try:
+        if args.streams_command == "describe":
+            status, body = _request(url)
+            if status != 200:
+                print(f"Error: {body.get('error')}", file=sys.stderr)
+                return 1
+            print_description(body, out)
+            return 0
+        request = (
+            {"split": args.split, "parts": args.parts}
+            if args.split is not None
+            else {"merge": args.merge}
+        )
+        status, body = _request(url + "/scale", request)
+        if status != 200:
+            print(f"Error: {body.get('error')}", file=sys.stderr)
+            return 1
+        successors = ", ".join(
+            f"{s['segment_id']} [{s['first_partition']}-{s['last_partition']}]"
+            for s in body["successors"]
+        )
+        print(
+            f"{body['kind']}: epoch {body['epoch']}, sealed {body['sealed']}, opened {successors}",
+            file=out,
+        )
+        return 0
+    except (urllib.error.URLError, OSError) as exc:
+        print(f"Error: cannot reach {args.admin}: {exc}", file=sys.stderr)
+        return 2
+
+
+def _request(url: str, payload: Any = None) -> tuple[int, dict[str, Any]]:
+    data = None if payload is None else json.dumps(payload).encode()
+    request = urllib.request.Request(url, data=data, method="GET" if data is None else "POST")
+    request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"{}")
+
+
+def print_description(body: dict[str, Any], out: TextIO) -> None:
+    """The describe table: one row per segment, by epoch then segment id."""
+    policy = body["policy"]
+    print(
+        f"Topic: {body['topic']}  Partitions: {body['partitions']}  Epoch: {body['epoch']}  "
+        f"Open segments: {body['open_segments']}  Policy: {policy['policy']} "
+        f"(target {policy['target_rate']:g}, factor {policy['scale_factor']}, "
+        f"min {policy['min_segments']})",
+        file=out,
+    )
+    rows = [
+        (
+            str(s["epoch"]),
+            str(s["segment_id"]),
+            f"{s['first_partition']}-{s['last_partition']}",
+            s["state"],
+            str(s["size_bytes"]),
+            str(s["records_in"]),
+            f"{s['rate_kib_per_s']:.1f}",
+            f"{s['rate_events_per_s']:.1f}",
+        )
+        for s in sorted(body["segments"], key=lambda s: (s["epoch"], s["segment_id"]))
+    ]
+    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(_COLUMNS)]
+    for row in (_COLUMNS, *rows):
+        print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip(), file=out)
