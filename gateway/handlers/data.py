@@ -20,7 +20,8 @@ from .context import GatewayContext
 log = logging.getLogger(__name__)
 
 _VALID_ACKS = (-1, 0, 1)
-_EARLIEST, _LATEST, _MAX_TIMESTAMP = -2, -1, -3
+# ListOffsets special timestamps; -3 (max timestamp) is resolved by Stream.offset_for_timestamp.
+_EARLIEST, _LATEST = -2, -1
 
 
 def produce(
