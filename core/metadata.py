@@ -22,6 +22,34 @@ class SegmentRecord:
     first_partition: int
     last_partition: int
     sealed: bool = False
+    # Log position up to which this segment's data is confirmed in tier 2 (monotonic).
+    uploaded_end: int = 0
+
+
+@dataclass(slots=True)
+class ChunkSlice:
+    """One partition's bytes inside a chunk object: its batches, in offset order."""
+
+    partition: int
+    first_offset: int
+    last_offset: int
+    byte_start: int
+    byte_length: int
+    max_timestamp: int
+
+
+@dataclass(slots=True)
+class ChunkRecord:
+    """An immutable tier-2 object cut from log positions [start, end) of one segment."""
+
+    segment_id: int
+    start_position: int
+    end_position: int
+    object_key: str
+    size: int
+    slices: list[ChunkSlice] = field(default_factory=list)
+    chunk_id: int = 0  # assigned by the metadata store
+    created_ms: int = 0
 
 
 @dataclass(slots=True)
@@ -57,6 +85,13 @@ class MetadataStore(Protocol):
         self, name: str, seal: list[int], successors: list[SegmentRecord]
     ) -> None: ...
     def next_counter(self, name: str) -> int: ...
+    def load_chunks(self, name: str) -> list[ChunkRecord]: ...
+    def commit_chunk(self, name: str, chunk: ChunkRecord) -> int: ...
+    def delete_chunks(
+        self, name: str, chunk_ids: list[int], log_starts: dict[int, int]
+    ) -> None: ...
+    def load_log_starts(self, name: str) -> dict[int, int]: ...
+    def set_log_starts(self, name: str, log_starts: dict[int, int]) -> None: ...
     def load_offsets(self) -> list[CommittedOffset]: ...
     def commit_offsets(self, offsets: list[CommittedOffset]) -> None: ...
     def delete_offsets(
@@ -97,6 +132,33 @@ CREATE TABLE IF NOT EXISTS committed_offsets (
     PRIMARY KEY (group_id, topic, partition)
 );
 CREATE INDEX IF NOT EXISTS committed_offsets_by_topic ON committed_offsets(topic);
+CREATE TABLE IF NOT EXISTS chunks (
+    chunk_id INTEGER PRIMARY KEY AUTOINCREMENT,
+    topic TEXT NOT NULL REFERENCES topics(name) ON DELETE CASCADE,
+    segment_id INTEGER NOT NULL,
+    start_position INTEGER NOT NULL,
+    end_position INTEGER NOT NULL,
+    object_key TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    created_ms INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS chunks_by_topic ON chunks(topic, segment_id, start_position);
+CREATE TABLE IF NOT EXISTS chunk_slices (
+    chunk_id INTEGER NOT NULL REFERENCES chunks(chunk_id) ON DELETE CASCADE,
+    partition INTEGER NOT NULL,
+    first_offset INTEGER NOT NULL,
+    last_offset INTEGER NOT NULL,
+    byte_start INTEGER NOT NULL,
+    byte_length INTEGER NOT NULL,
+    max_timestamp INTEGER NOT NULL,
+    PRIMARY KEY (chunk_id, partition)
+);
+CREATE TABLE IF NOT EXISTS log_starts (
+    topic TEXT NOT NULL REFERENCES topics(name) ON DELETE CASCADE,
+    partition INTEGER NOT NULL,
+    log_start_offset INTEGER NOT NULL,
+    PRIMARY KEY (topic, partition)
+);
 """
 
 
@@ -109,6 +171,11 @@ class SQLiteMetadataStore:
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute("PRAGMA foreign_keys=ON")
         self._db.executescript(_SCHEMA)
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(segments)")}
+        if "uploaded_end" not in columns:  # a data folder from before tier 2
+            self._db.execute(
+                "ALTER TABLE segments ADD COLUMN uploaded_end INTEGER NOT NULL DEFAULT 0"
+            )
 
     def load_topics(self) -> list[TopicRecord]:
         topics = {}
@@ -119,11 +186,11 @@ class SQLiteMetadataStore:
                 name, uuid.UUID(topic_id), partitions, json.loads(configs), created_ms
             )
         for row in self._db.execute(
-            "SELECT topic, segment_id, epoch, first_partition, last_partition, sealed "
-            "FROM segments ORDER BY topic, segment_id"
+            "SELECT topic, segment_id, epoch, first_partition, last_partition, sealed, "
+            "uploaded_end FROM segments ORDER BY topic, segment_id"
         ):
             topics[row[0]].segments.append(
-                SegmentRecord(row[1], row[2], row[3], row[4], bool(row[5]))
+                SegmentRecord(row[1], row[2], row[3], row[4], bool(row[5]), row[6])
             )
         return list(topics.values())
 
@@ -141,7 +208,7 @@ class SQLiteMetadataStore:
                 ),
             )
             db.executemany(
-                "INSERT INTO segments VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT INTO segments VALUES (?, ?, ?, ?, ?, ?, ?)",
                 [
                     (
                         topic.name,
@@ -150,6 +217,7 @@ class SQLiteMetadataStore:
                         s.first_partition,
                         s.last_partition,
                         int(s.sealed),
+                        s.uploaded_end,
                     )
                     for s in topic.segments
                 ],
@@ -205,7 +273,7 @@ class SQLiteMetadataStore:
                     raise ValueError(f"segment {segment_id} of {name!r} is not open")
             try:
                 db.executemany(
-                    "INSERT INTO segments VALUES (?, ?, ?, ?, ?, 0)",
+                    "INSERT INTO segments VALUES (?, ?, ?, ?, ?, 0, 0)",
                     [
                         (name, s.segment_id, s.epoch, s.first_partition, s.last_partition)
                         for s in successors
@@ -223,6 +291,80 @@ class SQLiteMetadataStore:
                 (name,),
             ).fetchone()
         return int(row[0])
+
+    # --- tier 2: chunks and log start offsets -------------------------------------------
+
+    def load_chunks(self, name: str) -> list[ChunkRecord]:
+        """The topic's confirmed chunks with their slices, in (segment, position) order."""
+        chunks: dict[int, ChunkRecord] = {}
+        for row in self._db.execute(
+            "SELECT chunk_id, segment_id, start_position, end_position, object_key, size, "
+            "created_ms FROM chunks WHERE topic = ? ORDER BY segment_id, start_position",
+            (name,),
+        ):
+            chunk_id, segment_id, start, end, key, size, created_ms = row
+            chunks[chunk_id] = ChunkRecord(
+                segment_id, start, end, key, size, chunk_id=chunk_id, created_ms=created_ms
+            )
+        for row in self._db.execute(
+            "SELECT s.chunk_id, s.partition, s.first_offset, s.last_offset, s.byte_start, "
+            "s.byte_length, s.max_timestamp FROM chunk_slices s JOIN chunks c "
+            "ON c.chunk_id = s.chunk_id WHERE c.topic = ? ORDER BY s.chunk_id, s.partition",
+            (name,),
+        ):
+            chunks[row[0]].slices.append(ChunkSlice(*row[1:]))
+        return list(chunks.values())
+
+    def commit_chunk(self, name: str, chunk: ChunkRecord) -> int:
+        """Record an uploaded chunk, its slices and the segment's new uploaded end in one
+        transaction; returns the chunk id. KeyError if the topic or segment is gone."""
+        chunk.created_ms = chunk.created_ms or int(time.time() * 1000)
+        with self._transaction() as db:
+            cursor = db.execute(
+                "UPDATE segments SET uploaded_end = MAX(uploaded_end, ?) "
+                "WHERE topic = ? AND segment_id = ?",
+                (chunk.end_position, name, chunk.segment_id),
+            )
+            if cursor.rowcount != 1:
+                raise KeyError(f"{name} segment {chunk.segment_id}")
+            chunk_id = db.execute(
+                "INSERT INTO chunks (topic, segment_id, start_position, end_position, "
+                "object_key, size, created_ms) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING chunk_id",
+                (
+                    name,
+                    chunk.segment_id,
+                    chunk.start_position,
+                    chunk.end_position,
+                    chunk.object_key,
+                    chunk.size,
+                    chunk.created_ms,
+                ),
+            ).fetchone()[0]
+            db.executemany(
+                "INSERT INTO chunk_slices VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(chunk_id, *astuple(s)) for s in chunk.slices],
+            )
+        chunk.chunk_id = int(chunk_id)
+        return chunk.chunk_id
+
+    def delete_chunks(self, name: str, chunk_ids: list[int], log_starts: dict[int, int]) -> None:
+        """Forget chunks (retention) and raise log start offsets, in one transaction. The
+        objects are deleted after this commits: an orphan object is garbage, never a hole."""
+        with self._transaction() as db:
+            _upsert_log_starts(db, name, log_starts)
+            db.executemany("DELETE FROM chunks WHERE chunk_id = ?", [(c,) for c in chunk_ids])
+
+    def load_log_starts(self, name: str) -> dict[int, int]:
+        return dict(
+            self._db.execute(
+                "SELECT partition, log_start_offset FROM log_starts WHERE topic = ?", (name,)
+            ).fetchall()
+        )
+
+    def set_log_starts(self, name: str, log_starts: dict[int, int]) -> None:
+        """Raise (never lower) the partitions' log start offsets, durably."""
+        with self._transaction() as db:
+            _upsert_log_starts(db, name, log_starts)
 
     # --- committed offsets ----------------------------------------------------------------
 
@@ -266,6 +408,14 @@ class SQLiteMetadataStore:
 
     def close(self) -> None:
         self._db.close()
+
+
+def _upsert_log_starts(db: sqlite3.Connection, name: str, log_starts: dict[int, int]) -> None:
+    db.executemany(
+        "INSERT INTO log_starts VALUES (?, ?, ?) ON CONFLICT(topic, partition) DO UPDATE "
+        "SET log_start_offset = MAX(log_start_offset, excluded.log_start_offset)",
+        [(name, partition, offset) for partition, offset in log_starts.items()],
+    )
 
 
 class _Transaction:

@@ -38,6 +38,18 @@ class ProducerState:
 
 
 @dataclass(slots=True)
+class SliceLocation:
+    """A partition's bytes in one tier-2 chunk."""
+
+    chunk_id: int
+    first_offset: int
+    last_offset: int
+    byte_start: int
+    byte_length: int
+    max_timestamp: int
+
+
+@dataclass(slots=True)
 class BatchLocation:
     base_offset: int
     last_offset: int
@@ -73,6 +85,9 @@ class Partition:
         self._sizes = array("i")
         # Running maximum of batch max-timestamps: monotonic, so timestamp lookups bisect.
         self._max_ts_prefix = array("q")
+        # Tier-2 index, one entry per chunk slice, sorted by offset (None until the first).
+        self._slices: list[SliceLocation] | None = None
+        self._slice_last_offsets: array | None = None
         self._producers: dict[int, ProducerState] | None = None
         # Appended since this process started (the scaler balances splits with them).
         self.bytes_in = 0
@@ -117,6 +132,83 @@ class Partition:
         if self._producers:
             for state in self._producers.values():
                 state.batches = [b for b in state.batches if b.base_offset < offset]
+
+    @property
+    def local_start_offset(self) -> int:
+        """The first offset indexed in tier 1; older offsets are read from tier 2."""
+        return self._base_offsets[0] if self._base_offsets else self.next_offset
+
+    @property
+    def local_batch_count(self) -> int:
+        return len(self._base_offsets)
+
+    def drop_local_prefix(self, count: int) -> None:
+        """Forget the `count` oldest tier-1 index entries (their files were trimmed)."""
+        if count <= 0:
+            return
+        for column in (
+            self._base_offsets,
+            self._last_offsets,
+            self._segment_ids,
+            self._positions,
+            self._sizes,
+        ):
+            del column[:count]
+        # Rebuild the running maximum so it covers only what is still indexed.
+        running = -1
+        prefix = array("q")
+        for ts in self._max_ts_prefix[count:]:
+            running = max(running, ts)
+            prefix.append(running)
+        self._max_ts_prefix = prefix
+
+    def local_bytes_after(self, offset: int) -> int:
+        """Bytes of tier-1 indexed batches that start after `offset`."""
+        i = bisect.bisect_right(self._base_offsets, offset)
+        return sum(self._sizes[i:])
+
+    def local_location(self, i: int) -> tuple[int, int]:
+        """(segment id, position) of the i-th oldest tier-1 index entry."""
+        return self._segment_ids[i], self._positions[i]
+
+    # --- tier-2 index ------------------------------------------------------------------
+
+    def add_slice(self, location: SliceLocation) -> None:
+        if self._slices is None:
+            self._slices, self._slice_last_offsets = [], array("q")
+        assert self._slice_last_offsets is not None
+        i = bisect.bisect_left(self._slice_last_offsets, location.last_offset)
+        self._slices.insert(i, location)
+        self._slice_last_offsets.insert(i, location.last_offset)
+        self.next_offset = max(self.next_offset, location.last_offset + 1)
+
+    def slices(self) -> list[SliceLocation]:
+        return list(self._slices or ())
+
+    def slice_for(self, offset: int) -> SliceLocation | None:
+        """The tier-2 slice holding `offset`, or the first one after it."""
+        if not self._slices or self._slice_last_offsets is None:
+            return None
+        i = bisect.bisect_left(self._slice_last_offsets, offset)
+        return self._slices[i] if i < len(self._slices) else None
+
+    def slice_for_timestamp(self, timestamp: int) -> SliceLocation | None:
+        """The first tier-2 slice holding a record with timestamp >= `timestamp`."""
+        for location in self._slices or ():
+            if (
+                location.max_timestamp >= timestamp
+                and location.last_offset >= self.log_start_offset
+            ):
+                return location
+        return None
+
+    def drop_slices_below(self, offset: int) -> None:
+        """Forget tier-2 slices that end before `offset` (their chunk was deleted)."""
+        if not self._slices or self._slice_last_offsets is None:
+            return
+        keep = bisect.bisect_left(self._slice_last_offsets, offset)
+        del self._slices[:keep]
+        del self._slice_last_offsets[:keep]
 
     def locate(
         self, offset: int, max_bytes: int, first_may_exceed: bool = True

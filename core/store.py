@@ -12,7 +12,7 @@ import re
 import shutil
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import trio
 
@@ -22,7 +22,9 @@ from .scaling.plan import ScaleError, split_range
 from .scaling.policy import Decision
 from .scaling.scaler import RateMeter, run_scaler
 from .segments.log import SegmentLog
+from .segments.objectstore import ObjectStore, open_object_store
 from .stream import ScaleResult, Stream
+from .tiering import TierManager, TierSettings
 from .topic_config import ConfigError, validate_topic_configs
 
 log = logging.getLogger(__name__)
@@ -38,6 +40,9 @@ class StoreSettings:
     auto_create_topics: bool = True
     scaling_window_s: float = 60.0  # the scaler's sliding window
     scaling_interval_s: float = 5.0  # how often the scaler evaluates each stream
+    tier2_url: str | None = None  # None: a folder `tier2` in the data dir; or s3://bucket/prefix
+    s3_endpoint: str | None = None
+    tier: TierSettings = field(default_factory=TierSettings)
 
 
 class TopicError(Exception):
@@ -57,6 +62,8 @@ class StreamStore:
         self.streams: dict[str, Stream] = {}
         self.meters: dict[str, RateMeter] = {}
         self._metadata: SQLiteMetadataStore | None = None
+        self.object_store: ObjectStore | None = None
+        self._tier: TierManager | None = None
         self._nursery: trio.Nursery | None = None
         self._stopping = trio.Event()
         self.cluster_id = ""
@@ -68,25 +75,48 @@ class StreamStore:
         assert self._metadata is not None, "store is not running"
         return self._metadata
 
+    @property
+    def tier(self) -> TierManager:
+        assert self._tier is not None, "store is not running"
+        return self._tier
+
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Open and recover the store, then keep segment flushers running until `stop`."""
+        """Open and recover the store, then keep segment flushers, uploads and retention
+        running until `stop`."""
         os.makedirs(self._streams_dir, exist_ok=True)
         self._metadata = SQLiteMetadataStore(os.path.join(self.settings.data_dir, "metadata.db"))
         self.cluster_id = self._load_cluster_id()
+        self.object_store = open_object_store(
+            self.settings.tier2_url, self.settings.data_dir, self.settings.s3_endpoint
+        )
+        self._tier = TierManager(
+            self.object_store, lambda: self.metadata, lambda: self.streams, self.settings.tier
+        )
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
+                tier_scope = trio.CancelScope()
+                tier_done = trio.Event()
+                nursery.start_soon(_run_cancellable, tier_scope, tier_done, self._tier.run)
                 for record in self._metadata.load_topics():
                     self._open_stream(record)
                 self._remove_orphan_directories()
-                log.info("store open: %d topics in %s", len(self.streams), self.settings.data_dir)
+                log.info(
+                    "store open: %d topics in %s, tier 2: %s",
+                    len(self.streams),
+                    self.settings.data_dir,
+                    self.object_store.description,
+                )
                 task_status.started()
                 await self._stopping.wait()
+                tier_scope.cancel()  # uploads in flight are redone after the next start
+                await tier_done.wait()  # no upload thread may still read a file we close
                 for stream in self.streams.values():
                     for segment in stream.segments.values():
                         segment.close()
         finally:
             self._metadata.close()
+            self.object_store.close()
 
     def stop(self) -> None:
         self._stopping.set()
@@ -115,10 +145,12 @@ class StreamStore:
             os.path.join(self._streams_dir, record.topic_id.hex),
             self.metadata,
             lambda segment: nursery.start_soon(_run_flusher, segment),
+            self.tier,
         )
         for segment in stream.open_segments():
             nursery.start_soon(_run_flusher, segment)
         self.streams[record.name] = stream
+        self.tier.attach(stream)
         settings = self.settings
         meter = self.meters[record.name] = RateMeter(stream, settings.scaling_window_s)
         nursery.start_soon(
@@ -245,6 +277,7 @@ class StreamStore:
         self.meters.pop(name, None)
         stream.close()
         shutil.rmtree(stream.directory, ignore_errors=True)
+        self.tier.forget_topic(stream)
         log.info("deleted topic %s", name)
         for listener in self.on_topic_deleted:
             listener(name)
@@ -298,8 +331,32 @@ class StreamStore:
             raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}")
         return stream
 
+    def delete_records(self, name: str, index: int, offset: int) -> tuple[int, int]:
+        """DeleteRecords: raise a partition's log start offset to `offset` (-1: the high
+        watermark), durably. Returns (error code, low watermark)."""
+        stream = self.streams.get(name)
+        if stream is None or not stream.has_partition(index):
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1
+        partition = stream.partition(index)
+        if offset == -1:
+            offset = partition.high_watermark
+        if offset < 0 or offset > partition.high_watermark:
+            return ErrorCode.OFFSET_OUT_OF_RANGE, -1
+        if offset > partition.log_start_offset:
+            self.tier.advance_log_starts(stream, {index: offset})
+            log.info("topic %s partition %d: records before %d deleted", name, index, offset)
+        return ErrorCode.NONE, partition.log_start_offset
+
     def allocate_producer_id(self) -> int:
         return self.metadata.next_counter("producer_id")
+
+
+async def _run_cancellable(scope: trio.CancelScope, done: trio.Event, fn: Callable) -> None:
+    try:
+        with scope:
+            await fn()
+    finally:
+        done.set()
 
 
 async def _run_flusher(segment: SegmentLog) -> None:

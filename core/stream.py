@@ -10,12 +10,12 @@ readable; offsets and producer state are per partition and simply continue.
 from __future__ import annotations
 
 import bisect
-import contextlib
 import logging
 import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -28,11 +28,16 @@ from gateway.protocol.records import (
 )
 
 from .errors import ErrorCode
-from .metadata import MetadataStore, SegmentRecord, TopicRecord
-from .partition import Partition
+from .metadata import ChunkRecord, MetadataStore, SegmentRecord, TopicRecord
+from .partition import Partition, SliceLocation
 from .scaling.crash import crash_point
 from .scaling.plan import ScaleError, check_scale
-from .segments.log import PendingAppend, SegmentLog
+from .segments.chunks import iter_batches
+from .segments.log import LogTrimmed, PendingAppend, SegmentLog, Tier1Usage, parse_log_file_name
+from .segments.objectstore import ObjectNotFound, ObjectStoreUnavailable
+
+if TYPE_CHECKING:
+    from .tiering import TierManager
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +112,17 @@ class ScaleResult:
     successors: list[SegmentRecord]
 
 
+def _segment_of_file(name: str) -> int | None:
+    """The segment id of a tier-1 log file name (also the old `segment-<id>.log`)."""
+    parsed = parse_log_file_name(name)
+    if parsed is not None:
+        return parsed[0]
+    middle = name[len("segment-") : -len(".log")]
+    if name.startswith("segment-") and name.endswith(".log") and middle.isdigit():
+        return int(middle)
+    return None
+
+
 class Stream:
     def __init__(
         self,
@@ -114,13 +130,18 @@ class Stream:
         directory: str,
         metadata: MetadataStore | None = None,
         spawn_flusher: Callable[[SegmentLog], None] | None = None,
+        tier: TierManager | None = None,
     ) -> None:
         """`metadata` and `spawn_flusher` (starts a log's flusher task) are needed by
-        `scale` only."""
+        `scale`; `tier` (rolling, uploads, tier-2 reads) by everything beyond tier 1."""
         self.record = record
         self.directory = directory
         self._metadata = metadata
         self._spawn_flusher = spawn_flusher
+        self.tier = tier
+        self.usage = tier.usage if tier is not None else Tier1Usage()
+        # Confirmed tier-2 chunks by id.
+        self.chunks: dict[int, ChunkRecord] = {}
         self._partitions: dict[int, Partition] = {}
         self.segments: dict[int, SegmentLog] = {}
         self.stats: dict[int, SegmentStats] = {}
@@ -137,8 +158,22 @@ class Stream:
     def partition_count(self) -> int:
         return self.record.partitions
 
-    def _segment_path(self, segment_id: int) -> str:
-        return os.path.join(self.directory, f"segment-{segment_id}.log")
+    def _new_log(
+        self, segment_id: int, after: list[SegmentLog] | None = None, uploaded_end: int = 0
+    ) -> SegmentLog:
+        tier = self.tier
+        return SegmentLog(
+            self.directory,
+            segment_id,
+            self._on_durable,
+            self._on_failed,
+            after,
+            roll_bytes=tier.settings.chunk_bytes if tier else 8 << 20,
+            roll_age_s=tier.settings.chunk_age_s if tier else 5.0,
+            uploaded_end=uploaded_end,
+            usage=self.usage,
+            on_rolled=tier.on_rolled if tier else None,
+        )
 
     def open_segments(self) -> list[SegmentLog]:
         """Open and replay every segment's log; returns the open ones for their flushers.
@@ -149,16 +184,20 @@ class Stream:
         are removed.
         """
         os.makedirs(self.directory, exist_ok=True)
-        known = {f"segment-{seg.segment_id}.log" for seg in self.record.segments}
+        known = {seg.segment_id for seg in self.record.segments}
         for entry in os.listdir(self.directory):
-            if entry.startswith("segment-") and entry not in known:
+            segment_id = _segment_of_file(entry)
+            if segment_id is not None and segment_id not in known:
                 log.warning("stream %s: removing uncommitted segment file %s", self.name, entry)
                 os.remove(os.path.join(self.directory, entry))
+        if self._metadata is not None:
+            for partition_index, offset in self._metadata.load_log_starts(self.name).items():
+                self.partition(partition_index).log_start_offset = offset
+            for chunk in self._metadata.load_chunks(self.name):
+                self.add_chunk(chunk)
         now = time.monotonic()
         for seg in sorted(self.record.segments, key=lambda s: s.segment_id):
-            segment = SegmentLog(
-                self._segment_path(seg.segment_id), self._on_durable, self._on_failed
-            )
+            segment = self._new_log(seg.segment_id, uploaded_end=seg.uploaded_end)
             self.segments[seg.segment_id] = segment
             self.stats[seg.segment_id] = SegmentStats(now)
             self._replay(seg.segment_id, segment)
@@ -168,6 +207,11 @@ class Stream:
                 self._owners.append((seg.first_partition, seg.last_partition, seg.segment_id))
         self._owners.sort()
         for partition in self._partitions.values():
+            slices = partition.slices()
+            tier2_end = slices[-1].last_offset + 1 if slices else 0
+            partition.next_offset = max(
+                partition.next_offset, tier2_end, partition.log_start_offset
+            )
             partition.high_watermark = partition.next_offset
         return [self.segments[segment_id] for _f, _l, segment_id in self._owners]
 
@@ -175,7 +219,7 @@ class Stream:
         for entry in segment.replay():
             header = read_batch_header(entry.batch)
             partition = self.partition(entry.partition)
-            if header.base_offset != partition.next_offset and partition.next_offset > 0:
+            if partition.local_batch_count and header.base_offset != partition.next_offset:
                 # Successor flushers wait for their predecessors, so this is not expected.
                 log.warning(
                     "stream %s partition %d: segment %d batch at offset %d, expected %d",
@@ -254,20 +298,13 @@ class Stream:
             SegmentRecord(next_id + i, epoch, first, last) for i, (first, last) in enumerate(ranges)
         ]
         predecessors = [self.segments[segment_id] for segment_id in seal]
-        logs = [
-            SegmentLog(
-                self._segment_path(s.segment_id), self._on_durable, self._on_failed, predecessors
-            )
-            for s in successors
-        ]
+        logs = [self._new_log(s.segment_id, predecessors) for s in successors]
         crash_point("scale-before-commit")
         try:
             self._metadata.scale_segments(self.name, list(seal), successors)
         except BaseException:
             for segment_log in logs:
-                segment_log.close()
-                with contextlib.suppress(OSError):
-                    os.remove(segment_log.path)
+                segment_log.close()  # no file exists before the first write
             raise
         crash_point("scale-after-commit")
         # From here on synchronous: no append can run between the seal and the switch.
@@ -327,6 +364,11 @@ class Stream:
         """
         if self.deleted or not self.has_partition(index):
             return AppendResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        if self.usage.full:  # tier 2 is behind (or down): retriable, nothing is written
+            return AppendResult(
+                ErrorCode.KAFKA_STORAGE_ERROR,
+                message="local log budget is full until tier 2 catches up; retry",
+            )
         try:
             batches = split_batches(records or b"")
         except RecordBatchError as exc:
@@ -411,42 +453,164 @@ class Stream:
 
     # --- fetch -------------------------------------------------------------------------
 
-    def read(
+    async def read(
         self, index: int, offset: int, max_bytes: int, first_may_exceed: bool = True
     ) -> ReadResult:
+        """Whole batches from `offset`, from tier 1 or (for older offsets) a tier-2 chunk."""
         if self.deleted or not self.has_partition(index):
             return ReadResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         partition = self.partition(index)
         hw, start = partition.high_watermark, partition.log_start_offset
         if offset < start or offset > hw:
             return ReadResult(ErrorCode.OFFSET_OUT_OF_RANGE, hw, start)
+        if offset >= partition.local_start_offset:
+            try:
+                return ReadResult(
+                    ErrorCode.NONE,
+                    hw,
+                    start,
+                    self._read_local(partition, offset, max_bytes, first_may_exceed),
+                )
+            except LogTrimmed:
+                pass  # trimmed while indexed: the chunk has it
+        try:
+            batches = await self._read_tier2(partition, offset, max_bytes, first_may_exceed)
+        except (ObjectStoreUnavailable, ObjectNotFound, OSError) as exc:
+            log.warning(
+                "topic %s partition %d: tier-2 read at %d failed: %s", self.name, index, offset, exc
+            )
+            return ReadResult(ErrorCode.KAFKA_STORAGE_ERROR, hw, start)
+        return ReadResult(ErrorCode.NONE, hw, start, batches)
+
+    def _read_local(
+        self, partition: Partition, offset: int, max_bytes: int, first_may_exceed: bool
+    ) -> list[bytes]:
         batches = []
         for loc in partition.locate(offset, max_bytes, first_may_exceed):
             batches.append(self.segments[loc.segment_id].read(loc.position, loc.size))
             self.stats[loc.segment_id].bytes_out += loc.size
-        return ReadResult(ErrorCode.NONE, hw, start, batches)
+        return batches
 
-    def offset_for_timestamp(self, index: int, timestamp: int) -> tuple[int, int]:
+    async def _read_tier2(
+        self, partition: Partition, offset: int, max_bytes: int, first_may_exceed: bool
+    ) -> list[bytes]:
+        """Batches from the tier-2 slice holding `offset` (one ranged GET, then the cache)."""
+        location = partition.slice_for(offset)
+        if location is None or self.tier is None:
+            return []
+        data = await self.tier.read_slice(self, location)
+        batches: list[bytes] = []
+        total = 0
+        view = memoryview(data)
+        for info in iter_batches(view):
+            if info.last_offset < offset:
+                continue
+            if info.last_offset >= partition.high_watermark:
+                break
+            if total + info.size > max_bytes and (batches or not first_may_exceed):
+                break
+            batches.append(bytes(view[info.start : info.start + info.size]))
+            total += info.size
+        return batches
+
+    async def offset_for_timestamp(self, index: int, timestamp: int) -> tuple[int, int]:
         """(offset, timestamp) of the first record at or after `timestamp`; (-1, -1) if none.
 
         timestamp -3 asks for the record with the largest timestamp (ListOffsets v7).
+        Tier-2 slices are searched first (they hold the oldest data), then tier 1.
         """
         partition = self.partition(index)
         if timestamp == -3:
-            location = partition.batch_with_max_timestamp()
-        else:
-            location = partition.batch_for_timestamp(timestamp)
-        if location is None:
+            return await self._max_timestamp_record(partition)
+        location = partition.slice_for_timestamp(timestamp)
+        if location is not None and location.first_offset < partition.local_start_offset:
+            for record in await self._slice_records(partition, location):
+                if record.timestamp >= timestamp:
+                    return record.offset, record.timestamp
+        batch_location = partition.batch_for_timestamp(timestamp)
+        if batch_location is None:
             return -1, -1
-        batch = self.segments[location.segment_id].read(location.position, location.size)
-        records = decode_records(batch)
-        if timestamp == -3:
-            best = max(records, key=lambda r: r.timestamp, default=None)
-            return (best.offset, best.timestamp) if best else (-1, -1)
-        for record in records:
-            if record.timestamp >= timestamp:
+        batch = self.segments[batch_location.segment_id].read(
+            batch_location.position, batch_location.size
+        )
+        for record in decode_records(batch):
+            if record.timestamp >= timestamp and record.offset >= partition.log_start_offset:
                 return record.offset, record.timestamp
         return -1, -1
+
+    async def _max_timestamp_record(self, partition: Partition) -> tuple[int, int]:
+        candidates = []
+        location = partition.batch_with_max_timestamp()
+        if location is not None:
+            batch = self.segments[location.segment_id].read(location.position, location.size)
+            candidates.extend(decode_records(batch))
+        slices = [s for s in partition.slices() if s.last_offset >= partition.log_start_offset]
+        if slices:
+            best_slice = max(slices, key=lambda s: s.max_timestamp)
+            if location is None or best_slice.max_timestamp > max(
+                (r.timestamp for r in candidates), default=-1
+            ):
+                candidates.extend(await self._slice_records(partition, best_slice))
+        candidates = [r for r in candidates if r.offset >= partition.log_start_offset]
+        if not candidates:
+            return -1, -1
+        best = max(candidates, key=lambda r: (r.timestamp, -r.offset))
+        return best.offset, best.timestamp
+
+    async def _slice_records(self, partition: Partition, location: SliceLocation) -> list:
+        assert self.tier is not None
+        data = await self.tier.read_slice(self, location)
+        records = []
+        for info in iter_batches(data):
+            if info.last_offset >= partition.log_start_offset:
+                records.extend(decode_records(data[info.start : info.start + info.size]))
+        return records
+
+    # --- tier 2 ------------------------------------------------------------------------
+
+    def add_chunk(self, chunk: ChunkRecord) -> None:
+        """Index a confirmed chunk's slices in their partitions."""
+        self.chunks[chunk.chunk_id] = chunk
+        for s in chunk.slices:
+            self.partition(s.partition).add_slice(
+                SliceLocation(
+                    chunk.chunk_id,
+                    s.first_offset,
+                    s.last_offset,
+                    s.byte_start,
+                    s.byte_length,
+                    s.max_timestamp,
+                )
+            )
+
+    def forget_trimmed(self) -> None:
+        """Drop tier-1 index entries whose files were trimmed (reads go to tier 2)."""
+        for partition in self._partitions.values():
+            count = 0
+            while count < partition.local_batch_count:
+                segment_id, position = partition.local_location(count)
+                if position >= self.segments[segment_id].local_start:
+                    break
+                count += 1
+            partition.drop_local_prefix(count)
+
+    def expired_chunks(self) -> list[ChunkRecord]:
+        """Chunks every slice of which lies below its partition's log start offset."""
+        return [
+            chunk
+            for chunk in self.chunks.values()
+            if all(
+                s.last_offset < self.partition(s.partition).log_start_offset for s in chunk.slices
+            )
+        ]
+
+    def forget_chunks(self, chunks: list[ChunkRecord]) -> None:
+        for chunk in chunks:
+            self.chunks.pop(chunk.chunk_id, None)
+        touched = {s.partition for chunk in chunks for s in chunk.slices}
+        for index in touched:
+            partition = self.partition(index)
+            partition.drop_slices_below(partition.log_start_offset)
 
     def close(self) -> None:
         self.deleted = True

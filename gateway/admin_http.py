@@ -2,6 +2,7 @@
 
 Routes (one request per connection, `Connection: close`):
     GET  /metrics              Prometheus text format (a registry owned by this module)
+    GET  /tier                 JSON: tier-1 budget use, tier-2 upload/read counters
     GET  /streams              JSON: the topic names
     GET  /streams/TOPIC        JSON: epochs and segments (range, state, rates, sizes)
     POST /streams/TOPIC/scale  JSON body {"split": id, "parts": n} or {"merge": [ids]}
@@ -12,7 +13,9 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Iterator
+from dataclasses import asdict
 from typing import Any
 from urllib.parse import unquote
 
@@ -75,6 +78,49 @@ class StoreCollector(Collector):
                 records_in.add_metric(seg_labels, stats.records_in)
                 bytes_out.add_metric(seg_labels, stats.bytes_out)
         yield from (open_segments, epoch, scale_events, bytes_in, records_in, bytes_out)
+        yield from _tier_metrics(describe_tier(self.store))
+
+
+def _tier_metrics(tier: dict[str, Any]) -> Iterator[Metric]:
+    gauges = {
+        "tier1_pending_bytes": "Tier-1 bytes not yet confirmed in tier 2",
+        "tier1_budget_bytes": "Pending bytes at which producers get a retriable error",
+        "tier1_retained_bytes": "Uploaded bytes still kept in tier 1 for fast reads",
+        "tier2_cache_bytes": "Bytes of tier-2 slices in the read cache",
+        "tier2_upload_lag_p50_seconds": "Median time from a file's first entry to its chunk",
+        "tier2_upload_lag_p99_seconds": "p99 time from a file's first entry to its chunk",
+    }
+    for key, help_text in gauges.items():
+        yield GaugeMetricFamily(f"streamgate_{key}", help_text, value=tier[key] or 0)
+    counters = {
+        "chunks_uploaded": "Chunks confirmed in tier 2 since start",
+        "bytes_uploaded": "Chunk bytes confirmed in tier 2 since start",
+        "upload_errors": "Failed chunk uploads (retried with backoff)",
+        "chunks_deleted": "Chunks deleted by retention or DeleteRecords",
+        "cache_hits": "Tier-2 slice reads served from the cache",
+        "cache_misses": "Tier-2 slice reads that needed a ranged GET",
+        "bytes_fetched": "Bytes fetched from tier 2 with ranged GETs",
+        "read_errors": "Tier-2 reads that failed",
+    }
+    for key, help_text in counters.items():
+        yield CounterMetricFamily(f"streamgate_tier2_{key}", help_text, value=tier[key])
+
+
+def describe_tier(store: StreamStore) -> dict[str, Any]:
+    """Tier-1 budget use and tier-2 counters, as JSON-ready values."""
+    tier = store.tier
+    p50, p99 = tier.upload_lag_quantiles()
+    return {
+        "tier2": tier.object_store.description,
+        "tier1_pending_bytes": tier.usage.pending,
+        "tier1_budget_bytes": tier.usage.budget,
+        "tier1_retained_bytes": tier.retained_bytes,
+        "tier2_cache_bytes": tier.cache.size,
+        "tier2_upload_lag_p50_seconds": None if math.isnan(p50) else round(p50, 4),
+        "tier2_upload_lag_p99_seconds": None if math.isnan(p99) else round(p99, 4),
+        "outage": tier.outage_since is not None,
+        **asdict(tier.stats),
+    }
 
 
 def _state(sealed: bool) -> str:
@@ -184,6 +230,8 @@ class AdminServer:
             if method != "GET":
                 return _json("405 Method Not Allowed", {"error": "GET only"})
             return "200 OK", CONTENT_TYPE_LATEST, generate_latest(self.registry)
+        if parts == ["tier"] and method == "GET":
+            return _json("200 OK", describe_tier(self.store))
         if parts == ["streams"] and method == "GET":
             return _json("200 OK", {"topics": sorted(self.store.streams)})
         try:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import logging
 import signal
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import trio
 
 from core.groups import GroupCoordinator, GroupSettings
 from core.store import StoreSettings, StreamStore
+from core.tiering import TierSettings
 from gateway.admin_http import AdminServer
 from gateway.handlers.context import GatewayContext
 from gateway.server import Gateway, ServerSettings
@@ -33,6 +34,9 @@ class Settings:
     metrics_listen: tuple[str, int] | None = None  # admin/metrics HTTP endpoint, off if None
     scaling_window_s: float = 60.0
     scaling_interval_s: float = 5.0
+    tier2_url: str | None = None
+    s3_endpoint: str | None = None
+    tier: TierSettings = field(default_factory=TierSettings)
 
 
 async def serve(settings: Settings) -> None:
@@ -43,6 +47,9 @@ async def serve(settings: Settings) -> None:
             settings.auto_create_topics,
             scaling_window_s=settings.scaling_window_s,
             scaling_interval_s=settings.scaling_interval_s,
+            tier2_url=settings.tier2_url,
+            s3_endpoint=settings.s3_endpoint,
+            tier=settings.tier,
         )
     )
     async with trio.open_nursery() as root:

@@ -9,6 +9,7 @@ import sys
 
 import trio
 
+from core.tiering import TierSettings
 from gateway.app import Settings, serve
 from gateway.groups_cli import add_groups_parser, run_groups
 from gateway.streams_cli import add_streams_parser, run_streams
@@ -109,6 +110,57 @@ def build_parser() -> argparse.ArgumentParser:
         help=argparse.SUPPRESS,
     )
     serve_cmd.add_argument(
+        "--tier2",
+        default=_env("TIER2"),
+        help="tier-2 object storage: s3://bucket/prefix, or a folder path "
+        "(STREAMGATE_TIER2; default: DATA_DIR/tier2). S3 credentials come from the AWS chain",
+    )
+    serve_cmd.add_argument(
+        "--s3-endpoint",
+        default=_env("S3_ENDPOINT"),
+        help="S3 endpoint URL for MinIO, moto and the like (STREAMGATE_S3_ENDPOINT)",
+    )
+    serve_cmd.add_argument(
+        "--chunk-bytes",
+        type=int,
+        default=int(_env("CHUNK_BYTES", str(8 << 20)) or 0),
+        help="cut a tier-2 chunk when a segment's log file reaches this size "
+        "(STREAMGATE_CHUNK_BYTES, default 8 MiB)",
+    )
+    serve_cmd.add_argument(
+        "--chunk-age-ms",
+        type=int,
+        default=int(_env("CHUNK_AGE_MS", "5000") or 0),
+        help="...or when its oldest entry is this old (STREAMGATE_CHUNK_AGE_MS, default 5000)",
+    )
+    serve_cmd.add_argument(
+        "--tier1-budget-bytes",
+        type=int,
+        default=int(_env("TIER1_BUDGET_BYTES", str(1 << 30)) or 0),
+        help="local bytes not yet in tier 2 before producers get a retriable "
+        "KAFKA_STORAGE_ERROR (STREAMGATE_TIER1_BUDGET_BYTES, default 1 GiB)",
+    )
+    serve_cmd.add_argument(
+        "--local-retain-bytes",
+        type=int,
+        default=int(_env("LOCAL_RETAIN_BYTES", str(256 << 20)) or 0),
+        help="uploaded data kept in tier 1 for fast reads before it is trimmed "
+        "(STREAMGATE_LOCAL_RETAIN_BYTES, default 256 MiB; 0 trims right after upload)",
+    )
+    serve_cmd.add_argument(
+        "--tier2-cache-bytes",
+        type=int,
+        default=int(_env("TIER2_CACHE_BYTES", str(64 << 20)) or 0),
+        help="memory cache of chunk slices read from tier 2 (STREAMGATE_TIER2_CACHE_BYTES)",
+    )
+    serve_cmd.add_argument(
+        "--retention-check-interval-ms",
+        type=int,
+        default=int(_env("RETENTION_CHECK_INTERVAL_MS", "30000") or 0),
+        help="how often retention.ms / retention.bytes are applied "
+        "(STREAMGATE_RETENTION_CHECK_INTERVAL_MS, default 30000)",
+    )
+    serve_cmd.add_argument(
         "--log-level",
         default=_env("LOG_LEVEL", "INFO"),
         help="DEBUG, INFO, WARNING (STREAMGATE_LOG_LEVEL)",
@@ -142,6 +194,16 @@ def main(argv: list[str] | None = None) -> int:
             scaling_window_s=args.scaling_window_s,
             # Default: evaluate a dozen times per window, at most every 5 s.
             scaling_interval_s=args.scaling_interval_s or min(5.0, args.scaling_window_s / 12),
+            tier2_url=args.tier2,
+            s3_endpoint=args.s3_endpoint,
+            tier=TierSettings(
+                chunk_bytes=args.chunk_bytes,
+                chunk_age_s=args.chunk_age_ms / 1000,
+                tier1_budget_bytes=args.tier1_budget_bytes,
+                local_retain_bytes=args.local_retain_bytes,
+                cache_bytes=args.tier2_cache_bytes,
+                retention_check_interval_s=args.retention_check_interval_ms / 1000,
+            ),
         )
         os.makedirs(settings.data_dir, exist_ok=True)
         trio.run(serve, settings)

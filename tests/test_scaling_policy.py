@@ -137,18 +137,20 @@ def test_scale_in_process_keeps_offsets_and_reads(tmp_path) -> None:
                 assert (await started.wait()).error == 0
             store.merge("t", [1, 2])
             assert stream.owners() == [(0, 3, 3)]
-            assert len(stream.read(2, 0, 1 << 20).batches) == 3
+            assert len((await stream.read(2, 0, 1 << 20)).batches) == 3
             with pytest.raises(ScaleError):
                 store.split("t", 0)  # sealed
             store.stop()
         # Orphan file of an uncommitted scale event is removed on start.
-        orphan = os.path.join(stream.directory, "segment-99.log")
+        orphan = os.path.join(stream.directory, "segment-99.00000000000000000000.log")
+        legacy_orphan = os.path.join(stream.directory, "segment-98.log")
         open(orphan, "wb").close()
+        open(legacy_orphan, "wb").close()
         store = StreamStore(StoreSettings(str(tmp_path)))
         async with trio.open_nursery() as nursery:
             await nursery.start(store.run)
             stream = store.streams["t"]
-            assert not os.path.exists(orphan)
+            assert not os.path.exists(orphan) and not os.path.exists(legacy_orphan)
             assert stream.owners() == [(0, 3, 3)] and stream.epoch == 2
             assert [stream.partition(p).next_offset for p in range(4)] == [3, 3, 3, 3]
             assert (

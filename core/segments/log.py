@@ -1,22 +1,31 @@
-"""Tier-1 append log of one segment, with group-committed fsync.
+"""Tier-1 append log of one segment: rolling files, group-committed fsync.
 
-File layout: a sequence of entries, each
+A segment's log is a byte sequence addressed by *log positions* that only grow. It is kept
+in files `segment-<id>.<base position>.log`; each file holds entries
     u32 batch length | u32 crc32c(partition + batch) | i32 partition | batch bytes
 The batch is the producer's RecordBatch with its baseOffset already patched in. Appends are
-queued in memory and written by one flusher task: it `writev`s everything queued, fsyncs once,
-and only then reports the entries durable, so any number of concurrent producers share one
-flush. On open the file is replayed and cut after the last complete, CRC-valid entry.
+queued in memory and written by one flusher task: it `pwritev`s everything queued, fsyncs
+once, and only then reports the entries durable, so any number of concurrent producers share
+one flush. On open every file is replayed and cut after its last complete, CRC-valid entry.
 
-A scale event *seals* a log: it takes no more appends, its flusher drains what is queued and
-returns, and the file stays open for reads. A successor log (`after=`) does not flush until
-its predecessors have drained, so a partition's batches become durable (and visible) in
-offset order across the seal.
+The flusher *rolls* the file it writes to when it reaches `roll_bytes`, when its first entry
+is `roll_age_s` old, or when the segment is sealed. A rolled file is complete and durable:
+it becomes one tier-2 chunk, and once the chunk is confirmed the file may be trimmed (deleted
+from the head of the log). Positions below `local_start` are then only in tier 2.
+
+A scale event *seals* a log: it takes no more appends, its flusher drains what is queued,
+rolls the last file and returns; the files stay open for reads. A successor log (`after=`)
+does not flush until its predecessors have drained, so a partition's batches become durable
+(and visible) in offset order across the seal.
 """
 
 from __future__ import annotations
 
+import bisect
+import contextlib
 import errno
 import logging
+import math
 import os
 import struct
 from collections.abc import Callable, Iterator
@@ -32,17 +41,54 @@ ENTRY_HEADER = struct.Struct(">IIi")
 MAX_ENTRY_BYTES = 1 << 30
 # writev takes at most IOV_MAX buffers per call.
 _IOV_MAX = 512
+DEFAULT_ROLL_BYTES = 8 << 20
+DEFAULT_ROLL_AGE_S = 5.0
 
 
 class LogWriteError(Exception):
     """The entries could not be made durable (disk full, I/O error); nothing was acknowledged."""
 
 
+class LogTrimmed(Exception):
+    """The position was trimmed from tier 1 after its chunk was confirmed in tier 2."""
+
+
+class Tier1Usage:
+    """Bytes appended to tier-1 logs and not yet confirmed in tier 2, over the whole store.
+
+    Producers are refused (retriably) while `pending` is above `budget`: the local disk
+    budget that lets produce go on through an object-store outage, but not without limit.
+    """
+
+    def __init__(self, budget: int = 1 << 62) -> None:
+        self.budget = budget
+        self.pending = 0
+
+    @property
+    def full(self) -> bool:
+        return self.pending >= self.budget
+
+
+@dataclass(slots=True)
+class LogFile:
+    base: int  # log position of the file's first byte
+    path: str
+    fd: int
+    size: int  # durable bytes in the file
+    opened_at: float = 0.0  # trio clock when the file got its first entry
+    closed: bool = False  # rolled: complete, durable, ready to become a chunk
+    uploaded: bool = False  # its chunk is confirmed in tier 2: the file may be trimmed
+
+    @property
+    def end(self) -> int:
+        return self.base + self.size
+
+
 @dataclass(slots=True)
 class PendingAppend:
     partition: int
-    position: int  # file position of the batch bytes (after the entry header)
-    end: int  # file position after the entry
+    position: int  # log position of the batch bytes (after the entry header)
+    end: int  # log position after the entry
     token: object  # opaque, handed back to the durability callback
 
 
@@ -53,54 +99,134 @@ class ReplayedEntry:
     batch: bytes
 
 
+def parse_log_file_name(name: str) -> tuple[int, int] | None:
+    """(segment id, base position) of `segment-<id>.<base>.log`; None for other names."""
+    if not (name.startswith("segment-") and name.endswith(".log")):
+        return None
+    parts = name[len("segment-") : -len(".log")].split(".")
+    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+        return None
+    return int(parts[0]), int(parts[1])
+
+
+def iter_entries(data: bytes | memoryview, base: int = 0) -> Iterator[ReplayedEntry]:
+    """The valid entries of a log file's bytes, stopping at the first torn or corrupt one."""
+    view = memoryview(data)
+    pos = 0
+    size = len(view)
+    while pos + ENTRY_HEADER.size <= size:
+        length, crc, partition = ENTRY_HEADER.unpack_from(view, pos)
+        start = pos + ENTRY_HEADER.size
+        if length > MAX_ENTRY_BYTES or start + length > size:
+            return
+        batch = view[start : start + length]
+        if crc32c.crc32c(batch, crc32c.crc32c(view[pos + 8 : start])) != crc:
+            return
+        yield ReplayedEntry(partition, base + start, bytes(batch))
+        pos = start + length
+
+
 class SegmentLog:
-    """One segment's append-only file. Single writer (the flusher task)."""
+    """One segment's append-only log. Single writer (the flusher task)."""
 
     def __init__(
         self,
-        path: str,
+        directory: str,
+        segment_id: int,
         on_durable: Callable[[list[PendingAppend]], None],
         on_failed: Callable[[list[PendingAppend], Exception], None],
         after: list[SegmentLog] | None = None,
+        *,
+        roll_bytes: int = DEFAULT_ROLL_BYTES,
+        roll_age_s: float = DEFAULT_ROLL_AGE_S,
+        uploaded_end: int = 0,
+        usage: Tier1Usage | None = None,
+        on_rolled: Callable[[SegmentLog], None] | None = None,
     ) -> None:
-        self.path = path
+        self.directory = directory
+        self.segment_id = segment_id
+        self.roll_bytes = roll_bytes
+        self.roll_age_s = roll_age_s
+        self.uploaded_end = uploaded_end  # positions below are confirmed in tier 2
+        self.usage = usage or Tier1Usage()
+        self._on_rolled = on_rolled
         self._after = after or []
         self._on_durable = on_durable
         self._on_failed = on_failed
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        self.durable_size = os.fstat(self._fd).st_size
+        self.files: list[LogFile] = []
+        self._bases: list[int] = []
+        self._open_existing_files()
+        end = self.files[-1].end if self.files else 0
+        # With every file trimmed, positions go on from the uploaded end: chunk keys are
+        # named by position and must never be reused.
+        self.durable_size = max(end, uploaded_end)
         self.logical_size = self.durable_size  # includes queued, not yet written entries
         self._queued_buffers: list[bytes | memoryview] = []
         self._queued: list[PendingAppend] = []
         self._work = trio.Event()
         self._flushed = trio.Event()
+        self._roll_requested = False
         self.closed = False  # no more appends (sealed or shut down)
-        self.sealed = False  # closed by a scale event: the file stays open for reads
+        self.sealed = False  # closed by a scale event: the files stay open for reads
         self.drained = trio.Event()  # set when the flusher has returned
         self.drain_failed = False
         self._flusher_running = False
 
+    def _path(self, base: int) -> str:
+        return os.path.join(self.directory, f"segment-{self.segment_id}.{base:020d}.log")
+
+    def _open_existing_files(self) -> None:
+        legacy = os.path.join(self.directory, f"segment-{self.segment_id}.log")
+        if os.path.exists(legacy):  # a data folder from before rolling files
+            os.rename(legacy, self._path(0))
+        found = []
+        for name in os.listdir(self.directory):
+            parsed = parse_log_file_name(name)
+            if parsed and parsed[0] == self.segment_id:
+                found.append(parsed[1])
+        for base in sorted(found):
+            path = self._path(base)
+            fd = os.open(path, os.O_RDWR)
+            size = os.fstat(fd).st_size
+            self.files.append(LogFile(base, path, fd, size))
+            self._bases.append(base)
+
     # --- recovery ----------------------------------------------------------------------
 
     def replay(self) -> Iterator[ReplayedEntry]:
-        """Yield every valid entry; truncate the file after the last one (a torn write)."""
-        pos = 0
-        size = self.durable_size
-        while pos + ENTRY_HEADER.size <= size:
-            header = os.pread(self._fd, ENTRY_HEADER.size, pos)
-            length, crc, partition = ENTRY_HEADER.unpack(header)
-            if length > MAX_ENTRY_BYTES or pos + ENTRY_HEADER.size + length > size:
-                break
-            batch = os.pread(self._fd, length, pos + ENTRY_HEADER.size)
-            if crc32c.crc32c(batch, crc32c.crc32c(header[8:12])) != crc:
-                break
-            yield ReplayedEntry(partition, pos + ENTRY_HEADER.size, batch)
-            pos += ENTRY_HEADER.size + length
-        if pos < size:
-            log.warning("%s: cutting %d bytes of torn or corrupt tail", self.path, size - pos)
-            os.ftruncate(self._fd, pos)
-            os.fsync(self._fd)
-        self.durable_size = self.logical_size = pos
+        """Yield every valid entry; cut each file after its last one (a torn write).
+
+        Afterwards every file is closed (complete): new appends start a new file, and the
+        old ones are uploaded if they are not yet in tier 2.
+        """
+        for f in list(self.files):
+            data = os.pread(f.fd, f.size, 0) if f.size else b""
+            valid = 0
+            for entry in iter_entries(data, f.base):
+                valid = entry.position - f.base + len(entry.batch)
+                yield entry
+            if valid < f.size:
+                log.warning("%s: cutting %d bytes of torn or corrupt tail", f.path, f.size - valid)
+                os.ftruncate(f.fd, valid)
+                os.fsync(f.fd)
+                f.size = valid
+        for f in list(self.files):
+            if f.size == 0:  # nothing durable was ever in it
+                self._remove_file(f)
+                continue
+            f.closed = True
+            f.uploaded = f.end <= self.uploaded_end
+            if not f.uploaded:
+                self.usage.pending += f.size
+        end = self.files[-1].end if self.files else 0
+        self.durable_size = self.logical_size = max(end, self.uploaded_end)
+
+    def _remove_file(self, f: LogFile) -> None:
+        os.close(f.fd)
+        os.remove(f.path)
+        i = self.files.index(f)
+        del self.files[i]
+        del self._bases[i]
 
     # --- appends -----------------------------------------------------------------------
 
@@ -114,27 +240,57 @@ class SegmentLog:
         )
         position = self.logical_size + ENTRY_HEADER.size
         self.logical_size = position + len(batch)
+        self.usage.pending += ENTRY_HEADER.size + len(batch)
         pending = PendingAppend(partition, position, self.logical_size, token)
         self._queued_buffers += (header, batch)
         self._queued.append(pending)
         self._work.set()
         return pending
 
-    def _write_and_sync(self, buffers: list[bytes | memoryview], start: int) -> None:
-        """Runs in a worker thread: write at `start`, then fsync."""
-        position = start
-        for i in range(0, len(buffers), _IOV_MAX):
-            chunk = buffers[i : i + _IOV_MAX]
-            expected = sum(len(b) for b in chunk)
-            written = os.pwritev(self._fd, chunk, position)
-            while written < expected:  # short write: finish the remainder
-                rest = b"".join(bytes(b) for b in chunk)[written:]
-                n = os.pwrite(self._fd, rest, position + written)
-                if n == 0:
-                    raise OSError(errno.EIO, "short write")
-                written += n
-            position += expected
-        os.fsync(self._fd)
+    @property
+    def _active(self) -> LogFile | None:
+        """The file appends are written to; None before the first write after a roll."""
+        if self.files and not self.files[-1].closed:
+            return self.files[-1]
+        return None
+
+    def _write_and_sync(
+        self, buffers: list[bytes | memoryview], start: int, target: LogFile | None
+    ) -> LogFile:
+        """Runs in a worker thread: write at log position `start` (into a new file when
+        `target` is None), then fsync. Returns the file written."""
+        created = target is None
+        if target is None:
+            path = self._path(start)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            target = LogFile(start, path, fd, 0)
+        try:
+            position = start - target.base
+            for i in range(0, len(buffers), _IOV_MAX):
+                chunk = buffers[i : i + _IOV_MAX]
+                expected = sum(len(b) for b in chunk)
+                written = os.pwritev(target.fd, chunk, position)
+                while written < expected:  # short write: finish the remainder
+                    rest = b"".join(bytes(b) for b in chunk)[written:]
+                    n = os.pwrite(target.fd, rest, position + written)
+                    if n == 0:
+                        raise OSError(errno.EIO, "short write")
+                    written += n
+                position += expected
+            os.fsync(target.fd)
+            if created:  # the new file's name must be durable before its entries count
+                dir_fd = os.open(self.directory, os.O_RDONLY)
+                try:
+                    os.fsync(dir_fd)
+                finally:
+                    os.close(dir_fd)
+        except BaseException:
+            if created:
+                os.close(target.fd)
+                with contextlib.suppress(OSError):
+                    os.remove(target.path)
+            raise
+        return target
 
     async def run_flusher(self) -> None:
         """Write and fsync queued entries until closed, draining the queue before returning.
@@ -156,23 +312,66 @@ class SegmentLog:
             self._flusher_running = False
             self.drained.set()
 
+    def _roll_due(self) -> bool:
+        active = self._active
+        if active is None or active.size == 0:
+            return False
+        return (
+            self._roll_requested
+            or active.size >= self.roll_bytes
+            or trio.current_time() >= active.opened_at + self.roll_age_s
+        )
+
+    def _roll(self) -> None:
+        """Close the active file: it is complete and durable, ready to become a chunk."""
+        self._roll_requested = False
+        active = self._active
+        if active is None or active.size == 0:
+            return
+        active.closed = True
+        if self._on_rolled is not None:
+            self._on_rolled(self)
+
+    def request_roll(self) -> None:
+        """Roll the active file at the flusher's next chance (e.g. before a shutdown)."""
+        self._roll_requested = True
+        self._work.set()
+
     async def _flush_until_closed(self) -> None:
         while True:
+            if self._roll_due():
+                self._roll()
             if not self._queued:
                 if self.closed:
+                    if self.sealed:  # a sealed log is complete: its last file is a chunk
+                        self._roll()
                     return
-                await self._work.wait()
-                self._work = trio.Event()
+                active = self._active
+                deadline = math.inf
+                if active is not None and active.size:
+                    deadline = active.opened_at + self.roll_age_s
+                with trio.move_on_at(deadline):
+                    await self._work.wait()
+                if self._work.is_set():
+                    self._work = trio.Event()
                 continue
             buffers, batch = self._queued_buffers, self._queued
             self._queued_buffers, self._queued = [], []
             start = self.durable_size
+            active = self._active
             try:
-                await trio.to_thread.run_sync(self._write_and_sync, buffers, start)
+                written = await trio.to_thread.run_sync(
+                    self._write_and_sync, buffers, start, active
+                )
             except OSError as exc:
                 self.drain_failed = self.drain_failed or self.closed
                 self._fail_from(start, batch, exc)
             else:
+                if active is None:
+                    written.opened_at = trio.current_time()
+                    self.files.append(written)
+                    self._bases.append(written.base)
+                written.size = batch[-1].end - written.base
                 self.durable_size = batch[-1].end
                 self._on_durable(batch)
             flushed, self._flushed = self._flushed, trio.Event()
@@ -180,13 +379,16 @@ class SegmentLog:
 
     def _fail_from(self, start: int, batch: list[PendingAppend], exc: OSError) -> None:
         """Undo a failed write: cut the file back and fail this batch and everything queued."""
-        log.error("%s: write failed at %d: %s", self.path, start, exc)
+        log.error("%s: write failed at %d: %s", self.directory, start, exc)
         failed = batch + self._queued
         self._queued_buffers, self._queued = [], []
-        try:
-            os.ftruncate(self._fd, start)
-        except OSError as trunc_exc:  # the cut is redone by replay on the next start
-            log.error("%s: could not truncate after failed write: %s", self.path, trunc_exc)
+        active = self._active
+        if active is not None:
+            try:
+                os.ftruncate(active.fd, start - active.base)
+            except OSError as trunc_exc:  # the cut is redone by replay on the next start
+                log.error("%s: could not truncate after failed write: %s", active.path, trunc_exc)
+        self.usage.pending -= self.logical_size - start
         self.logical_size = self.durable_size = start
         self._on_failed(failed, LogWriteError(str(exc)))
 
@@ -195,19 +397,59 @@ class SegmentLog:
         while self._queued or self.logical_size != self.durable_size:
             await self._flushed.wait()
 
+    # --- tier 2 ------------------------------------------------------------------------
+
+    def files_to_upload(self) -> list[LogFile]:
+        """Rolled files whose chunk is not confirmed yet, oldest first."""
+        return [f for f in self.files if f.closed and not f.uploaded]
+
+    def mark_uploaded(self, f: LogFile) -> None:
+        f.uploaded = True
+        self.uploaded_end = max(self.uploaded_end, f.end)
+        self.usage.pending -= f.size
+
+    @property
+    def complete(self) -> bool:
+        """Sealed, drained, and every file confirmed in tier 2."""
+        return (
+            self.sealed and not self._queued and self._active is None and not self.files_to_upload()
+        )
+
+    @property
+    def local_start(self) -> int:
+        """Positions below this are no longer in tier 1 (trimmed after upload)."""
+        return self.files[0].base if self.files else self.logical_size
+
+    def trim_oldest(self) -> LogFile | None:
+        """Delete the oldest file if its chunk is confirmed in tier 2; returns it."""
+        if not self.files or not self.files[0].uploaded:
+            return None
+        f = self.files[0]
+        self._remove_file(f)
+        return f
+
     # --- reads -------------------------------------------------------------------------
 
     def read(self, position: int, length: int) -> bytes:
-        return os.pread(self._fd, length, position)
+        """Bytes at a log position; LogTrimmed if that file was trimmed."""
+        i = bisect.bisect_right(self._bases, position) - 1
+        if i < 0:
+            raise LogTrimmed(f"segment {self.segment_id} position {position}")
+        f = self.files[i]
+        return os.pread(f.fd, length, position - f.base)
+
+    def read_file(self, f: LogFile) -> bytes:
+        """A whole file's durable bytes (runs in a worker thread while building a chunk)."""
+        return os.pread(f.fd, f.size, 0)
 
     def seal(self) -> None:
-        """Refuse further appends; the flusher drains the queue and returns; reads go on."""
+        """Refuse further appends; the flusher drains the queue, rolls and returns."""
         self.closed = self.sealed = True
         self._work.set()
 
     def close(self) -> None:
         """Refuse appends and stop the flusher (after it drains). A sealed log whose flusher
-        has already returned (or never ran) releases its file at once."""
+        has already returned (or never ran) releases its files at once."""
         self.closed = True
         self.sealed = False
         self._work.set()
@@ -215,7 +457,8 @@ class SegmentLog:
             self.release()
 
     def release(self) -> None:
-        """Close the file descriptor (after the flusher has returned)."""
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        """Close the file descriptors (after the flusher has returned)."""
+        for f in self.files:
+            if f.fd >= 0:
+                os.close(f.fd)
+                f.fd = -1

@@ -104,17 +104,17 @@ async def fetch(ctx: GatewayContext, header: RequestHeader, body: Any) -> bytes:
     max_bytes = getattr(body, "max_bytes", 0x7FFFFFFF)
     deadline = trio.current_time() + max(0.0, max_wait_s)
     while True:
-        topics, total, has_error = _read_fetch(ctx, body, max_bytes)
+        topics, total, has_error = await _read_fetch(ctx, body, max_bytes)
         if total >= body.min_bytes or has_error or trio.current_time() >= deadline:
             break
         if not await _wait_for_data(ctx, body, deadline):
-            topics, total, has_error = _read_fetch(ctx, body, max_bytes)
+            topics, total, has_error = await _read_fetch(ctx, body, max_bytes)
             break
     parts = encode_fetch_response(header.correlation_id, header.api_version, topics)
     return b"".join(parts)
 
 
-def _read_fetch(
+async def _read_fetch(
     ctx: GatewayContext, body: Any, max_bytes: int
 ) -> tuple[list[tuple[str, list[PartitionData]]], int, bool]:
     topics = []
@@ -131,7 +131,7 @@ def _read_fetch(
                 has_error = True
                 continue
             budget = min(part.partition_max_bytes, max_bytes - total)
-            result = stream.read(
+            result = await stream.read(
                 part.partition, part.fetch_offset, max(budget, 0), first_may_exceed=total == 0
             )
             data = PartitionData(
@@ -192,7 +192,7 @@ async def list_offsets(ctx: GatewayContext, header: RequestHeader, body: Any) ->
                 elif part.timestamp == _LATEST:
                     result["offset"] = partition.high_watermark
                 else:
-                    offset, timestamp = stream.offset_for_timestamp(
+                    offset, timestamp = await stream.offset_for_timestamp(
                         part.partition_index, part.timestamp
                     )
                     result["offset"], result["timestamp"] = offset, timestamp

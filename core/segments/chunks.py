@@ -1,0 +1,126 @@
+"""Chunks: the immutable tier-2 objects cut from a segment's rolled log files.
+
+A log file interleaves the batches of every partition its segment owns. A chunk lays them
+out partition by partition, so a consumer of one partition reads only its bytes with one
+ranged GET:
+
+    slice of partition a | slice of partition b | ... | index | footer
+
+A slice is the partition's batches in offset order, exactly as stored (baseOffset patched
+in, producer CRC intact), so they go into Fetch responses untouched. The index repeats what
+the metadata store records per slice, `(partition, first offset, last offset, byte start,
+byte length, max timestamp)`, and the footer `u32 index entries | u32 crc32c(index) |
+magic` makes an object self-describing (a metadata store could be rebuilt from a listing).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import crc32c
+
+from ..metadata import ChunkSlice
+from .log import iter_entries
+
+CHUNK_MAGIC = b"SGCHUNK1"
+_INDEX_ENTRY = struct.Struct(">iqqqqq")
+_FOOTER = struct.Struct(">II8s")
+# RecordBatch header fields used here: baseOffset, batchLength, lastOffsetDelta, maxTimestamp.
+_BASE_OFFSET_AND_LENGTH = struct.Struct(">qi")
+_LAST_OFFSET_DELTA_AT = 23
+_MAX_TIMESTAMP_AT = 35
+BATCH_OVERHEAD = 12  # baseOffset + batchLength, not counted in batchLength
+
+
+class ChunkFormatError(ValueError):
+    """An object is not a well-formed chunk."""
+
+
+@dataclass(slots=True)
+class BuiltChunk:
+    data: bytes
+    slices: list[ChunkSlice]
+
+
+@dataclass(slots=True)
+class BatchInfo:
+    base_offset: int
+    last_offset: int
+    start: int  # byte offset in the buffer
+    size: int
+
+
+def chunk_key(topic_id_hex: str, segment_id: int, start_position: int) -> str:
+    return f"{topic_id_hex}/{segment_id}/{start_position:020d}.chunk"
+
+
+def build_chunk(log_bytes: bytes, base_position: int = 0) -> BuiltChunk:
+    """Regroup a rolled log file's entries partition by partition and add the index."""
+    by_partition: dict[int, list[bytes]] = {}
+    for entry in iter_entries(log_bytes, base_position):
+        by_partition.setdefault(entry.partition, []).append(entry.batch)
+    parts: list[bytes] = []
+    slices: list[ChunkSlice] = []
+    position = 0
+    for partition in sorted(by_partition):
+        batches = by_partition[partition]
+        first = _BASE_OFFSET_AND_LENGTH.unpack_from(batches[0])[0]
+        last_batch = batches[-1]
+        last = _base_offset(last_batch) + _last_offset_delta(last_batch)
+        max_ts = max(_max_timestamp(b) for b in batches)
+        length = sum(len(b) for b in batches)
+        slices.append(ChunkSlice(partition, first, last, position, length, max_ts))
+        parts.extend(batches)
+        position += length
+    index = b"".join(
+        _INDEX_ENTRY.pack(
+            s.partition, s.first_offset, s.last_offset, s.byte_start, s.byte_length, s.max_timestamp
+        )
+        for s in slices
+    )
+    footer = _FOOTER.pack(len(slices), crc32c.crc32c(index), CHUNK_MAGIC)
+    return BuiltChunk(b"".join(parts) + index + footer, slices)
+
+
+def read_chunk_index(data: bytes) -> list[ChunkSlice]:
+    """The slices of a whole chunk object, from its index (ChunkFormatError if malformed)."""
+    if len(data) < _FOOTER.size:
+        raise ChunkFormatError("too short for a chunk footer")
+    count, crc, magic = _FOOTER.unpack_from(data, len(data) - _FOOTER.size)
+    index_start = len(data) - _FOOTER.size - count * _INDEX_ENTRY.size
+    if magic != CHUNK_MAGIC or index_start < 0:
+        raise ChunkFormatError("not a streamgate chunk")
+    index = data[index_start : len(data) - _FOOTER.size]
+    if crc32c.crc32c(index) != crc:
+        raise ChunkFormatError("chunk index CRC mismatch")
+    return [
+        ChunkSlice(*_INDEX_ENTRY.unpack_from(index, i * _INDEX_ENTRY.size)) for i in range(count)
+    ]
+
+
+def iter_batches(data: bytes | memoryview) -> Iterator[BatchInfo]:
+    """The record batches laid end to end in a slice (stops at a truncated one)."""
+    pos = 0
+    size = len(data)
+    while pos + _LAST_OFFSET_DELTA_AT + 4 <= size:
+        base, length = _BASE_OFFSET_AND_LENGTH.unpack_from(data, pos)
+        total = BATCH_OVERHEAD + length
+        if length <= 0 or pos + total > size:
+            return
+        last = base + int.from_bytes(data[pos + 23 : pos + 27], "big", signed=True)
+        yield BatchInfo(base, last, pos, total)
+        pos += total
+
+
+def _base_offset(batch: bytes) -> int:
+    return _BASE_OFFSET_AND_LENGTH.unpack_from(batch)[0]
+
+
+def _last_offset_delta(batch: bytes) -> int:
+    return int.from_bytes(batch[_LAST_OFFSET_DELTA_AT : _LAST_OFFSET_DELTA_AT + 4], "big")
+
+
+def _max_timestamp(batch: bytes) -> int:
+    return int.from_bytes(batch[_MAX_TIMESTAMP_AT : _MAX_TIMESTAMP_AT + 8], "big", signed=True)

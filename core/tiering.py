@@ -1,0 +1,429 @@
+"""Tier 2: moving rolled tier-1 files into object storage, reading them back, retention.
+
+- **Upload**: every rolled log file becomes one chunk (core/segments/chunks.py). A segment's
+  files go up one at a time, oldest first; a successor segment waits until its predecessors
+  are completely uploaded, so each partition's offsets reach tier 2 in order. The chunk is
+  recorded in the metadata store only after the object store confirmed the PUT; a failed
+  PUT is retried with exponential backoff for as long as it takes.
+- **Trim**: confirmed files stay in tier 1 as a read cache up to `local_retain_bytes`, then
+  the oldest are deleted. Files not yet confirmed count against the tier-1 budget
+  (`Tier1Usage`): above it producers get a retriable error instead of filling the disk.
+- **Read**: a partition's slice of a chunk is fetched with one ranged GET into a bounded
+  LRU cache; concurrent readers of the same slice share one GET.
+- **Retention**: `retention.ms` / `retention.bytes` raise partitions' log start offsets
+  slice by slice; DeleteRecords raises them by hand. A chunk is deleted once every slice in
+  it is below its partition's log start (metadata first, then the object).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import trio
+
+from .metadata import ChunkRecord, MetadataStore
+from .partition import SliceLocation
+from .segments.chunks import build_chunk, chunk_key
+from .segments.log import LogFile, SegmentLog, Tier1Usage
+from .segments.objectstore import ObjectNotFound, ObjectStore, ObjectStoreUnavailable
+
+if TYPE_CHECKING:
+    from .stream import Stream
+
+log = logging.getLogger(__name__)
+
+_BACKOFF_FIRST_S = 0.2
+_BACKOFF_MAX_S = 10.0
+
+
+@dataclass(slots=True)
+class TierSettings:
+    chunk_bytes: int = 8 << 20  # roll a tier-1 file (cut a chunk) at this size...
+    chunk_age_s: float = 5.0  # ...or when its first entry is this old
+    tier1_budget_bytes: int = 1 << 30  # not-yet-uploaded bytes before produce is refused
+    local_retain_bytes: int = 256 << 20  # uploaded files kept in tier 1 for fast reads
+    cache_bytes: int = 64 << 20  # tier-2 slices cached in memory
+    retention_check_interval_s: float = 30.0
+    upload_concurrency: int = 4  # segments uploading at the same time
+
+
+@dataclass(slots=True)
+class TierStats:
+    chunks_uploaded: int = 0
+    bytes_uploaded: int = 0
+    upload_errors: int = 0
+    chunks_deleted: int = 0
+    cache_hits: int = 0
+    cache_misses: int = 0
+    bytes_fetched: int = 0
+    read_errors: int = 0
+
+
+class SliceCache:
+    """Bounded LRU of slice bytes by (object key, byte start, byte length)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.size = 0
+        self._entries: OrderedDict[tuple[str, int, int], bytes] = OrderedDict()
+
+    def get(self, key: tuple[str, int, int]) -> bytes | None:
+        data = self._entries.get(key)
+        if data is not None:
+            self._entries.move_to_end(key)
+        return data
+
+    def put(self, key: tuple[str, int, int], data: bytes) -> None:
+        if len(data) > self.capacity or key in self._entries:
+            return
+        self._entries[key] = data
+        self.size += len(data)
+        while self.size > self.capacity:
+            _key, evicted = self._entries.popitem(last=False)
+            self.size -= len(evicted)
+
+    def drop_object(self, object_key: str) -> None:
+        for key in [k for k in self._entries if k[0] == object_key]:
+            self.size -= len(self._entries.pop(key))
+
+
+class _Loading:
+    """A GET in flight that other readers of the same slice wait for."""
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.data: bytes | None = None
+        self.error: Exception | None = None
+
+
+class TierManager:
+    def __init__(
+        self,
+        object_store: ObjectStore,
+        metadata: Callable[[], MetadataStore],
+        streams: Callable[[], dict[str, Stream]],
+        settings: TierSettings,
+    ) -> None:
+        self.object_store = object_store
+        self.settings = settings
+        self._metadata = metadata
+        self._streams = streams
+        self.usage = Tier1Usage(settings.tier1_budget_bytes)
+        self.stats = TierStats()
+        self.cache = SliceCache(settings.cache_bytes)
+        self._loading: dict[tuple[str, int, int], _Loading] = {}
+        self._wake = trio.Event()
+        self._in_flight: set[tuple[str, int]] = set()
+        # Uploaded files still in tier 1, in upload order: the trim queue.
+        self._retained: deque[tuple[Stream, SegmentLog, LogFile]] = deque()
+        self.retained_bytes = 0
+        self.upload_lags: deque[float] = deque(maxlen=10_000)  # seconds, roll to confirm
+        self.outage_since: float | None = None
+        self._nursery: trio.Nursery | None = None
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Upload, trim and enforce retention until cancelled."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            nursery.start_soon(self._upload_loop)
+            nursery.start_soon(self._retention_loop)
+            task_status.started()
+
+    def attach(self, stream: Stream) -> None:
+        """Register a freshly opened stream's already uploaded files for trimming."""
+        for segment in stream.segments.values():
+            for f in segment.files:
+                if f.uploaded:
+                    self._retained.append((stream, segment, f))
+                    self.retained_bytes += f.size
+        self._trim_local()
+        self._wake.set()
+
+    def on_rolled(self, _segment: SegmentLog) -> None:
+        self._wake.set()
+
+    # --- upload ------------------------------------------------------------------------
+
+    async def _upload_loop(self) -> None:
+        async with trio.open_nursery() as nursery:
+            while True:
+                self._wake = trio.Event()
+                for stream in list(self._streams().values()):
+                    for segment_id, segment in list(stream.segments.items()):
+                        if len(self._in_flight) >= self.settings.upload_concurrency:
+                            break
+                        key = (stream.record.topic_id.hex, segment_id)
+                        if key in self._in_flight or not segment.files_to_upload():
+                            continue
+                        if not _predecessors_uploaded(stream, segment_id):
+                            continue
+                        self._in_flight.add(key)
+                        nursery.start_soon(self._upload_segment, stream, segment, key)
+                await self._wake.wait()
+
+    async def _upload_segment(
+        self, stream: Stream, segment: SegmentLog, key: tuple[str, int]
+    ) -> None:
+        delay = _BACKOFF_FIRST_S
+        try:
+            while not stream.deleted:
+                pending = segment.files_to_upload()
+                if not pending:
+                    return
+                try:
+                    await self._upload_file(stream, segment, pending[0])
+                    delay = _BACKOFF_FIRST_S
+                except Exception:  # a bug or a local read error: keep the store serving
+                    log.exception(
+                        "topic %s segment %d: upload failed", stream.name, segment.segment_id
+                    )
+                    self.stats.upload_errors += 1
+                    await trio.sleep(delay)
+                    delay = min(delay * 2, _BACKOFF_MAX_S)
+        finally:
+            self._in_flight.discard(key)
+            self._wake.set()
+
+    async def _upload_file(self, stream: Stream, segment: SegmentLog, f: LogFile) -> None:
+        data = await trio.to_thread.run_sync(segment.read_file, f)
+        built = await trio.to_thread.run_sync(build_chunk, data, f.base)
+        key = chunk_key(stream.record.topic_id.hex, segment.segment_id, f.base)
+        await self._put_with_backoff(stream, key, built.data)
+        if stream.deleted:
+            return
+        chunk = ChunkRecord(segment.segment_id, f.base, f.end, key, len(built.data), built.slices)
+        try:
+            self._metadata().commit_chunk(stream.name, chunk)
+        except KeyError:  # the topic went away while the chunk was in flight
+            return
+        stream.add_chunk(chunk)
+        segment.mark_uploaded(f)
+        self.stats.chunks_uploaded += 1
+        self.stats.bytes_uploaded += len(built.data)
+        self.upload_lags.append(max(0.0, trio.current_time() - f.opened_at))
+        self._retained.append((stream, segment, f))
+        self.retained_bytes += f.size
+        self._trim_local()
+
+    async def _put_with_backoff(self, stream: Stream, key: str, data: bytes) -> None:
+        delay = _BACKOFF_FIRST_S
+        while not stream.deleted:
+            try:
+                await self.object_store.put(key, data)
+            except (ObjectStoreUnavailable, OSError) as exc:
+                self.stats.upload_errors += 1
+                if self.outage_since is None:
+                    self.outage_since = time.monotonic()
+                    log.warning(
+                        "tier 2 (%s): upload of %s failed, retrying with backoff: %s",
+                        self.object_store.description,
+                        key,
+                        exc,
+                    )
+                await trio.sleep(delay)
+                delay = min(delay * 2, _BACKOFF_MAX_S)
+                continue
+            if self.outage_since is not None:
+                log.info(
+                    "tier 2 (%s): uploads resumed after %.1f s",
+                    self.object_store.description,
+                    time.monotonic() - self.outage_since,
+                )
+                self.outage_since = None
+            return
+
+    # --- trim --------------------------------------------------------------------------
+
+    def _trim_local(self) -> None:
+        while self._retained and self.retained_bytes > self.settings.local_retain_bytes:
+            stream, segment, f = self._retained.popleft()
+            self.retained_bytes -= f.size
+            if stream.deleted or f not in segment.files:
+                continue
+            # Trim in log order: older uploaded files of the segment go first.
+            while segment.files and segment.files[0] is not f and segment.files[0].uploaded:
+                segment.trim_oldest()
+            if segment.files and segment.files[0] is f:
+                segment.trim_oldest()
+            stream.forget_trimmed()
+
+    # --- read --------------------------------------------------------------------------
+
+    async def read_slice(self, stream: Stream, location: SliceLocation) -> bytes:
+        """A partition's bytes in a chunk: the cache, or one ranged GET shared by all
+        concurrent readers. ObjectStoreUnavailable while tier 2 is down."""
+        chunk = stream.chunks.get(location.chunk_id)
+        if chunk is None:
+            raise ObjectNotFound(f"chunk {location.chunk_id} was deleted")
+        key = (chunk.object_key, location.byte_start, location.byte_length)
+        cached = self.cache.get(key)
+        if cached is not None:
+            self.stats.cache_hits += 1
+            return cached
+        loading = self._loading.get(key)
+        if loading is not None:
+            await loading.done.wait()
+            if loading.data is None:
+                assert loading.error is not None
+                raise loading.error
+            return loading.data
+        loading = self._loading[key] = _Loading()
+        self.stats.cache_misses += 1
+        try:
+            data = await self.object_store.get_range(
+                chunk.object_key, location.byte_start, location.byte_length
+            )
+            if len(data) != location.byte_length:
+                raise ObjectStoreUnavailable(
+                    f"short read of {chunk.object_key}: {len(data)} of {location.byte_length}"
+                )
+        except Exception as exc:
+            self.stats.read_errors += 1
+            loading.error = exc
+            raise
+        else:
+            loading.data = data
+            self.stats.bytes_fetched += len(data)
+            self.cache.put(key, data)
+            return data
+        finally:
+            del self._loading[key]
+            loading.done.set()
+
+    # --- retention ---------------------------------------------------------------------
+
+    async def _retention_loop(self) -> None:
+        while True:
+            await trio.sleep(self.settings.retention_check_interval_s)
+            for stream in list(self._streams().values()):
+                try:
+                    self.apply_retention(stream)
+                except Exception:  # one stream's problem must not stop the others
+                    log.exception("topic %s: retention check failed", stream.name)
+
+    def apply_retention(self, stream: Stream, now_ms: int | None = None) -> None:
+        """Raise log start offsets past tier-2 slices that retention.ms / retention.bytes
+        expire. Data still only in tier 1 is never expired (like Kafka's active segment)."""
+        retention_ms = _config_int(stream.record.configs, "retention.ms")
+        retention_bytes = _config_int(stream.record.configs, "retention.bytes")
+        if retention_ms < 0 and retention_bytes < 0:
+            return
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        new_starts: dict[int, int] = {}
+        for index, partition in stream.iter_partitions():
+            start = partition.log_start_offset
+            slices = [s for s in partition.slices() if s.last_offset >= start]
+            if retention_ms >= 0:
+                for s in slices:
+                    if s.max_timestamp >= now_ms - retention_ms:
+                        break
+                    start = max(start, s.last_offset + 1)
+            if retention_bytes >= 0 and slices:
+                size = sum(s.byte_length for s in slices) + partition.local_bytes_after(
+                    slices[-1].last_offset
+                )
+                for s in slices:
+                    if s.last_offset < start:
+                        size -= s.byte_length
+                    elif size - s.byte_length >= retention_bytes:
+                        size -= s.byte_length
+                        start = s.last_offset + 1
+                    else:
+                        break
+            if start > partition.log_start_offset:
+                new_starts[index] = start
+        if new_starts:
+            log.info("topic %s: retention raises log start offsets %s", stream.name, new_starts)
+            self.advance_log_starts(stream, new_starts)
+
+    def advance_log_starts(self, stream: Stream, starts: dict[int, int]) -> None:
+        """Raise log start offsets durably, then delete the chunks that became unreachable
+        (their metadata in the same transaction, their objects in the background)."""
+        previous = {}
+        for index, offset in starts.items():
+            partition = stream.partition(index)
+            previous[index] = partition.log_start_offset
+            partition.log_start_offset = max(partition.log_start_offset, offset)
+        expired = stream.expired_chunks()
+        try:
+            self._metadata().delete_chunks(stream.name, [c.chunk_id for c in expired], dict(starts))
+        except BaseException:
+            for index, offset in previous.items():
+                stream.partition(index).log_start_offset = offset
+            raise
+        stream.forget_chunks(expired)
+        for chunk in expired:
+            self.cache.drop_object(chunk.object_key)
+        if expired:
+            self.stats.chunks_deleted += len(expired)
+            self._spawn(self._delete_objects, [c.object_key for c in expired])
+
+    def forget_topic(self, stream: Stream) -> None:
+        """Delete a deleted topic's objects in the background."""
+        self._spawn(self._delete_prefix, stream.record.topic_id.hex + "/")
+
+    def _spawn(self, fn: Callable, *args: object) -> None:
+        if self._nursery is not None:
+            self._nursery.start_soon(fn, *args)
+
+    async def _delete_objects(self, keys: list[str]) -> None:
+        delay = _BACKOFF_FIRST_S
+        for _attempt in range(8):
+            try:
+                await self.object_store.delete_many(keys)
+                return
+            except (ObjectStoreUnavailable, OSError) as exc:
+                log.warning("tier 2: deleting %d objects failed, will retry: %s", len(keys), exc)
+                await trio.sleep(delay)
+                delay = min(delay * 2, _BACKOFF_MAX_S)
+        log.error("tier 2: gave up deleting %d objects; they are orphans now", len(keys))
+
+    async def _delete_prefix(self, prefix: str) -> None:
+        try:
+            keys = await self.object_store.list_keys(prefix)
+        except (ObjectStoreUnavailable, OSError) as exc:
+            log.error("tier 2: could not list %s to delete it: %s", prefix, exc)
+            return
+        if keys:
+            await self._delete_objects(keys)
+
+    # --- figures -----------------------------------------------------------------------
+
+    def upload_lag_quantiles(self) -> tuple[float, float]:
+        """(p50, p99) seconds from a file's first entry to its chunk being confirmed."""
+        lags = sorted(self.upload_lags)
+        if not lags:
+            return math.nan, math.nan
+        return lags[len(lags) // 2], lags[min(len(lags) - 1, int(len(lags) * 0.99))]
+
+
+def _predecessors_uploaded(stream: Stream, segment_id: int) -> bool:
+    """True when every sealed segment this one (partly) replaced is completely uploaded."""
+    records = {r.segment_id: r for r in stream.record.segments}
+    me = records.get(segment_id)
+    if me is None:
+        return False
+    for other in records.values():
+        if other.segment_id >= segment_id or not other.sealed:
+            continue
+        if other.last_partition < me.first_partition or other.first_partition > me.last_partition:
+            continue
+        segment = stream.segments.get(other.segment_id)
+        if segment is not None and not segment.complete:
+            return False
+    return True
+
+
+def _config_int(configs: dict[str, str], name: str) -> int:
+    try:
+        return int(configs.get(name, "-1"))
+    except ValueError:
+        return -1
