@@ -39,6 +39,17 @@ class ChunkSlice:
 
 
 @dataclass(slots=True)
+class ProducerSnapshot:
+    """An idempotent producer's last batches in one partition: (first seq, last seq, base
+    offset) each. Saved with every chunk, so trimming tier 1 does not forget producers."""
+
+    partition: int
+    producer_id: int
+    epoch: int
+    batches: list[tuple[int, int, int]]
+
+
+@dataclass(slots=True)
 class ChunkRecord:
     """An immutable tier-2 object cut from log positions [start, end) of one segment."""
 
@@ -86,7 +97,10 @@ class MetadataStore(Protocol):
     ) -> None: ...
     def next_counter(self, name: str) -> int: ...
     def load_chunks(self, name: str) -> list[ChunkRecord]: ...
-    def commit_chunk(self, name: str, chunk: ChunkRecord) -> int: ...
+    def commit_chunk(
+        self, name: str, chunk: ChunkRecord, producers: list[ProducerSnapshot] | None = None
+    ) -> int: ...
+    def load_producer_states(self, name: str) -> list[ProducerSnapshot]: ...
     def delete_chunks(
         self, name: str, chunk_ids: list[int], log_starts: dict[int, int]
     ) -> None: ...
@@ -152,6 +166,14 @@ CREATE TABLE IF NOT EXISTS chunk_slices (
     byte_length INTEGER NOT NULL,
     max_timestamp INTEGER NOT NULL,
     PRIMARY KEY (chunk_id, partition)
+);
+CREATE TABLE IF NOT EXISTS producer_states (
+    topic TEXT NOT NULL REFERENCES topics(name) ON DELETE CASCADE,
+    partition INTEGER NOT NULL,
+    producer_id INTEGER NOT NULL,
+    epoch INTEGER NOT NULL,
+    batches TEXT NOT NULL,
+    PRIMARY KEY (topic, partition, producer_id)
 );
 CREATE TABLE IF NOT EXISTS log_starts (
     topic TEXT NOT NULL REFERENCES topics(name) ON DELETE CASCADE,
@@ -315,9 +337,12 @@ class SQLiteMetadataStore:
             chunks[row[0]].slices.append(ChunkSlice(*row[1:]))
         return list(chunks.values())
 
-    def commit_chunk(self, name: str, chunk: ChunkRecord) -> int:
-        """Record an uploaded chunk, its slices and the segment's new uploaded end in one
-        transaction; returns the chunk id. KeyError if the topic or segment is gone."""
+    def commit_chunk(
+        self, name: str, chunk: ChunkRecord, producers: list[ProducerSnapshot] | None = None
+    ) -> int:
+        """Record an uploaded chunk, its slices, the segment's new uploaded end and the
+        producer states of its partitions in one transaction; returns the chunk id.
+        KeyError if the topic or segment is gone."""
         chunk.created_ms = chunk.created_ms or int(time.time() * 1000)
         with self._transaction() as db:
             cursor = db.execute(
@@ -344,6 +369,15 @@ class SQLiteMetadataStore:
                 "INSERT INTO chunk_slices VALUES (?, ?, ?, ?, ?, ?, ?)",
                 [(chunk_id, *astuple(s)) for s in chunk.slices],
             )
+            db.executemany(
+                "INSERT INTO producer_states VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT(topic, partition, producer_id) DO UPDATE SET "
+                "epoch = excluded.epoch, batches = excluded.batches",
+                [
+                    (name, p.partition, p.producer_id, p.epoch, json.dumps(p.batches))
+                    for p in producers or ()
+                ],
+            )
         chunk.chunk_id = int(chunk_id)
         return chunk.chunk_id
 
@@ -353,6 +387,16 @@ class SQLiteMetadataStore:
         with self._transaction() as db:
             _upsert_log_starts(db, name, log_starts)
             db.executemany("DELETE FROM chunks WHERE chunk_id = ?", [(c,) for c in chunk_ids])
+
+    def load_producer_states(self, name: str) -> list[ProducerSnapshot]:
+        return [
+            ProducerSnapshot(partition, producer_id, epoch, [tuple(b) for b in json.loads(raw)])
+            for partition, producer_id, epoch, raw in self._db.execute(
+                "SELECT partition, producer_id, epoch, batches FROM producer_states "
+                "WHERE topic = ?",
+                (name,),
+            )
+        ]
 
     def load_log_starts(self, name: str) -> dict[int, int]:
         return dict(

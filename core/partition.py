@@ -283,16 +283,53 @@ class Partition:
         return SequenceCheck()
 
     def record_sequence(
-        self, producer_id: int, epoch: int, first_seq: int, count: int, base_offset: int
+        self,
+        producer_id: int,
+        epoch: int,
+        first_seq: int,
+        count: int,
+        base_offset: int,
+        replay: bool = False,
     ) -> None:
+        """Remember a producer's batch. With `replay` (rebuilding state on start, on top
+        of a saved snapshot) older epochs and batches already known are ignored."""
         if self._producers is None:
             self._producers = {}
         state = self._producers.get(producer_id)
+        if (
+            replay
+            and state is not None
+            and (epoch < state.epoch or any(b.base_offset >= base_offset for b in state.batches))
+        ):
+            return
         if state is None or epoch != state.epoch:
             state = self._producers[producer_id] = ProducerState(epoch)
         last_seq = (first_seq + count - 1) % (INT32_MAX + 1)
         state.batches.append(ProducerBatch(first_seq, last_seq, base_offset))
         del state.batches[:-PRODUCER_BATCH_CACHE]
+
+    def restore_producer(
+        self, producer_id: int, epoch: int, batches: list[tuple[int, int, int]]
+    ) -> None:
+        if self._producers is None:
+            self._producers = {}
+        self._producers[producer_id] = ProducerState(
+            epoch, [ProducerBatch(*b) for b in batches[-PRODUCER_BATCH_CACHE:]]
+        )
+
+    def producer_snapshot(self) -> list[tuple[int, int, list[tuple[int, int, int]]]]:
+        """(producer id, epoch, batches) for every producer, durable batches only: a batch
+        still being written may yet fail and be rolled back."""
+        snapshot = []
+        for producer_id, state in (self._producers or {}).items():
+            durable = [
+                (b.first_sequence, b.last_sequence, b.base_offset)
+                for b in state.batches
+                if b.base_offset < self.high_watermark
+            ]
+            if durable:
+                snapshot.append((producer_id, state.epoch, durable))
+        return snapshot
 
     # --- waiting for data --------------------------------------------------------------
 

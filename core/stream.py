@@ -28,7 +28,7 @@ from gateway.protocol.records import (
 )
 
 from .errors import ErrorCode
-from .metadata import ChunkRecord, MetadataStore, SegmentRecord, TopicRecord
+from .metadata import ChunkRecord, MetadataStore, ProducerSnapshot, SegmentRecord, TopicRecord
 from .partition import Partition, SliceLocation
 from .scaling.crash import crash_point
 from .scaling.plan import ScaleError, check_scale
@@ -195,6 +195,10 @@ class Stream:
                 self.partition(partition_index).log_start_offset = offset
             for chunk in self._metadata.load_chunks(self.name):
                 self.add_chunk(chunk)
+            for saved in self._metadata.load_producer_states(self.name):
+                self.partition(saved.partition).restore_producer(
+                    saved.producer_id, saved.epoch, saved.batches
+                )
         now = time.monotonic()
         for seg in sorted(self.record.segments, key=lambda s: s.segment_id):
             segment = self._new_log(seg.segment_id, uploaded_end=seg.uploaded_end)
@@ -246,6 +250,7 @@ class Stream:
                     header.base_sequence,
                     header.record_count,
                     header.base_offset,
+                    replay=True,
                 )
 
     def partition(self, index: int) -> Partition:
@@ -582,6 +587,14 @@ class Stream:
                     s.max_timestamp,
                 )
             )
+
+    def producer_snapshots(self, partitions: set[int]) -> list[ProducerSnapshot]:
+        """The durable producer states of `partitions`, saved with a chunk."""
+        return [
+            ProducerSnapshot(index, producer_id, epoch, batches)
+            for index in sorted(partitions)
+            for producer_id, epoch, batches in self.partition(index).producer_snapshot()
+        ]
 
     def forget_trimmed(self) -> None:
         """Drop tier-1 index entries whose files were trimmed (reads go to tier 2)."""

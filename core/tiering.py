@@ -200,8 +200,9 @@ class TierManager:
         if stream.deleted:
             return
         chunk = ChunkRecord(segment.segment_id, f.base, f.end, key, len(built.data), built.slices)
+        producers = stream.producer_snapshots({s.partition for s in built.slices})
         try:
-            self._metadata().commit_chunk(stream.name, chunk)
+            self._metadata().commit_chunk(stream.name, chunk, producers)
         except KeyError:  # the topic went away while the chunk was in flight
             return
         stream.add_chunk(chunk)

@@ -175,7 +175,8 @@ _DEFS = (
         ConfigType.LONG,
         "-1",
         "How long data is kept, in milliseconds; -1 (the default) keeps it forever. "
-        "Stored only: deleting old data is not implemented yet.",
+        "Applied to data already in tier 2, chunk slice by slice: the log start offset moves "
+        "past slices whose newest record is older.",
         _integer(-1, INT64_MAX),
         "log.retention.ms",
     ),
@@ -183,8 +184,8 @@ _DEFS = (
         "retention.bytes",
         ConfigType.LONG,
         "-1",
-        "Largest size a partition may grow to before old data is deleted; -1 means no limit. "
-        "Stored only: deleting old data is not implemented yet.",
+        "Largest size a partition may grow to before its oldest tier-2 slices are deleted; "
+        "-1 means no limit.",
         _integer(-1, INT64_MAX),
         "log.retention.bytes",
     ),

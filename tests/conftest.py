@@ -30,6 +30,8 @@ from pathlib import Path
 import pytest
 from helpers import DEFAULT_PARTITIONS, free_port, unique_topic
 
+pytest_plugins = ["s3fixtures"]
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 15.0

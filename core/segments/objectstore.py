@@ -328,7 +328,7 @@ class S3Store:
             region_name=self.region,
             connect_timeout=2,
             read_timeout=10,
-            retries={"max_attempts": 2, "mode": "standard"},
+            retries={"total_max_attempts": 2, "mode": "standard"},
             s3={"addressing_style": "path"} if self.endpoint_url else None,
         )
         # One client for the store's whole life: boto3 clients are safe to share between the
