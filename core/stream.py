@@ -535,9 +535,12 @@ class Stream:
         batch_location = partition.batch_for_timestamp(timestamp)
         if batch_location is None:
             return -1, -1
-        batch = self.segments[batch_location.segment_id].read(
-            batch_location.position, batch_location.size
-        )
+        try:
+            batch = self.segments[batch_location.segment_id].read(
+                batch_location.position, batch_location.size
+            )
+        except LogTrimmed:  # trimmed after indexing: an older slice would have matched
+            return -1, -1
         for record in decode_records(batch):
             if record.timestamp >= timestamp and record.offset >= partition.log_start_offset:
                 return record.offset, record.timestamp
@@ -547,8 +550,11 @@ class Stream:
         candidates = []
         location = partition.batch_with_max_timestamp()
         if location is not None:
-            batch = self.segments[location.segment_id].read(location.position, location.size)
-            candidates.extend(decode_records(batch))
+            try:
+                batch = self.segments[location.segment_id].read(location.position, location.size)
+                candidates.extend(decode_records(batch))
+            except LogTrimmed:
+                location = None
         slices = [s for s in partition.slices() if s.last_offset >= partition.log_start_offset]
         if slices:
             best_slice = max(slices, key=lambda s: s.max_timestamp)
@@ -626,8 +632,10 @@ class Stream:
             partition.drop_slices_below(partition.log_start_offset)
 
     def close(self) -> None:
+        """The topic was deleted: stop its logs and give back its share of the budget."""
         self.deleted = True
         for segment in self.segments.values():
+            self.usage.pending -= segment.unuploaded_bytes
             segment.close()
         for partition in self._partitions.values():
             partition.wake_waiters()

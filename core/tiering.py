@@ -40,6 +40,9 @@ log = logging.getLogger(__name__)
 
 _BACKOFF_FIRST_S = 0.2
 _BACKOFF_MAX_S = 10.0
+# Every tier-1 file holds a descriptor: trim uploaded ones beyond this count too, whatever
+# their bytes (age-rolled files of idle segments are small).
+MAX_RETAINED_FILES = 256
 
 
 @dataclass(slots=True)
@@ -244,7 +247,10 @@ class TierManager:
     # --- trim --------------------------------------------------------------------------
 
     def _trim_local(self) -> None:
-        while self._retained and self.retained_bytes > self.settings.local_retain_bytes:
+        while self._retained and (
+            self.retained_bytes > self.settings.local_retain_bytes
+            or len(self._retained) > MAX_RETAINED_FILES
+        ):
             stream, segment, f = self._retained.popleft()
             self.retained_bytes -= f.size
             if stream.deleted or f not in segment.files:

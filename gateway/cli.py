@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
+import resource
 import sys
 
 import trio
@@ -170,6 +172,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _raise_open_file_limit() -> None:
+    """Every tier-1 file and connection holds a descriptor: use the hard limit, not 1024."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        hard = 1 << 20
+    if soft != resource.RLIM_INFINITY and soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
@@ -178,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,
     )
     if args.command == "serve":
+        _raise_open_file_limit()
         advertised_host, advertised_port = args.advertised_listener or (None, None)
         settings = Settings(
             listen_host=args.listen[0],

@@ -409,6 +409,13 @@ class SegmentLog:
         self.usage.pending -= f.size
 
     @property
+    def unuploaded_bytes(self) -> int:
+        """What this log counts against the tier-1 budget: files and queued entries that
+        are not confirmed in tier 2."""
+        files = sum(f.size for f in self.files if not f.uploaded)
+        return files + self.logical_size - self.durable_size
+
+    @property
     def complete(self) -> bool:
         """Sealed, drained, and every file confirmed in tier 2."""
         return (
