@@ -16,7 +16,7 @@ from typing import Any
 import trio
 
 from core.errors import ErrorCode
-from gateway.handlers import admin, cluster, configs, data, groups, offsets
+from gateway.handlers import admin, cluster, configs, data, groups, offsets, records
 from gateway.handlers.context import CLIENT_HOST, GatewayContext
 from gateway.protocol.apis import SUPPORTED_APIS, ApiKey
 from gateway.protocol.codec import (
@@ -51,6 +51,7 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.API_VERSIONS: admin.api_versions,
     ApiKey.CREATE_TOPICS: admin.create_topics,
     ApiKey.DELETE_TOPICS: admin.delete_topics,
+    ApiKey.DELETE_RECORDS: records.delete_records,
     ApiKey.INIT_PRODUCER_ID: admin.init_producer_id,
     ApiKey.DESCRIBE_CONFIGS: configs.describe_configs,
     ApiKey.ALTER_CONFIGS: configs.alter_configs,

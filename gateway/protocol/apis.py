@@ -27,6 +27,7 @@ class ApiKey(IntEnum):
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
+    DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
@@ -74,6 +75,7 @@ SUPPORTED_APIS: dict[int, ApiSupport] = {
     ApiKey.API_VERSIONS: ApiSupport(0, 3, 3),
     ApiKey.CREATE_TOPICS: ApiSupport(2, 5, 5),
     ApiKey.DELETE_TOPICS: ApiSupport(1, 4, 4),
+    ApiKey.DELETE_RECORDS: ApiSupport(0, 2, 2),
     ApiKey.INIT_PRODUCER_ID: ApiSupport(0, 4, 2),
     ApiKey.DELETE_GROUPS: ApiSupport(0, 2, 2),
     ApiKey.OFFSET_DELETE: ApiSupport(0, 0, 99),  # never flexible
