@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 from array import array
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import trio
@@ -85,6 +86,7 @@ class Partition:
         self._sizes = array("i")
         # Running maximum of batch max-timestamps: monotonic, so timestamp lookups bisect.
         self._max_ts_prefix = array("q")
+        self._batch_max_ts = array("q")
         # Tier-2 index, one entry per chunk slice, sorted by offset (None until the first).
         self._slices: list[SliceLocation] | None = None
         self._slice_last_offsets: array | None = None
@@ -113,6 +115,7 @@ class Partition:
         self._sizes.append(size)
         previous = self._max_ts_prefix[-1] if self._max_ts_prefix else -1
         self._max_ts_prefix.append(max(previous, max_timestamp))
+        self._batch_max_ts.append(max_timestamp)
         self.next_offset = last + 1
 
     def truncate_to(self, offset: int) -> None:
@@ -125,6 +128,7 @@ class Partition:
             self._positions,
             self._sizes,
             self._max_ts_prefix,
+            self._batch_max_ts,
         ):
             del column[keep:]
         self.next_offset = self._last_offsets[-1] + 1 if self._last_offsets else offset
@@ -152,12 +156,13 @@ class Partition:
             self._segment_ids,
             self._positions,
             self._sizes,
+            self._batch_max_ts,
         ):
             del column[:count]
         # Rebuild the running maximum so it covers only what is still indexed.
         running = -1
         prefix = array("q")
-        for ts in self._max_ts_prefix[count:]:
+        for ts in self._batch_max_ts:
             running = max(running, ts)
             prefix.append(running)
         self._max_ts_prefix = prefix
@@ -239,15 +244,26 @@ class Partition:
             i += 1
         return found
 
-    def batch_for_timestamp(self, timestamp: int) -> BatchLocation | None:
-        """The first durable batch holding a record with timestamp >= `timestamp`."""
+    def batches_from_timestamp(self, timestamp: int) -> Iterator[BatchLocation]:
+        """Durable tier-1 batches from the first one holding a record with timestamp >=
+        `timestamp` on, in offset order (the caller stops at its first match)."""
         i = bisect.bisect_left(self._max_ts_prefix, timestamp)
-        return self._location(i)
+        while (location := self._location(i)) is not None:
+            if self._batch_max_ts[i] >= timestamp:
+                yield location
+            i += 1
 
-    def batch_with_max_timestamp(self) -> BatchLocation | None:
-        if not self._max_ts_prefix:
-            return None
-        return self._location(bisect.bisect_left(self._max_ts_prefix, self._max_ts_prefix[-1]))
+    def batch_with_max_timestamp(self, from_offset: int = 0) -> BatchLocation | None:
+        """The durable tier-1 batch (ending at or after `from_offset`) with the largest
+        timestamp; the earliest one on a tie."""
+        first = bisect.bisect_left(self._last_offsets, from_offset)
+        best = -1
+        for i in range(first, len(self._batch_max_ts)):
+            if self._last_offsets[i] >= self.high_watermark:
+                break
+            if best < 0 or self._batch_max_ts[i] > self._batch_max_ts[best]:
+                best = i
+        return self._location(best) if best >= 0 else None
 
     def _location(self, i: int) -> BatchLocation | None:
         if i >= len(self._base_offsets) or self._last_offsets[i] >= self.high_watermark:

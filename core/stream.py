@@ -29,7 +29,7 @@ from gateway.protocol.records import (
 
 from .errors import ErrorCode
 from .metadata import ChunkRecord, MetadataStore, ProducerSnapshot, SegmentRecord, TopicRecord
-from .partition import Partition, SliceLocation
+from .partition import BatchLocation, Partition, SliceLocation
 from .scaling.crash import crash_point
 from .scaling.plan import ScaleError, check_scale
 from .segments.chunks import iter_batches
@@ -519,62 +519,64 @@ class Stream:
         return batches
 
     async def offset_for_timestamp(self, index: int, timestamp: int) -> tuple[int, int]:
-        """(offset, timestamp) of the first record at or after `timestamp`; (-1, -1) if none.
-
-        timestamp -3 asks for the record with the largest timestamp (ListOffsets v7).
-        Tier-2 slices are searched first (they hold the oldest data), then tier 1.
-        """
+        """(offset, timestamp) of the first record at or after `timestamp` and at or after
+        the log start; (-1, -1) if none. timestamp -3 asks for the record with the largest
+        timestamp (ListOffsets v7). Tier-2 slices older than tier 1 are searched first, in
+        offset order, then tier 1. ObjectStoreUnavailable while tier 2 is down."""
         partition = self.partition(index)
         if timestamp == -3:
             return await self._max_timestamp_record(partition)
-        location = partition.slice_for_timestamp(timestamp)
-        if location is not None and location.first_offset < partition.local_start_offset:
+        for location in self._tier2_only_slices(partition):
+            if location.max_timestamp < timestamp:
+                continue
             for record in await self._slice_records(partition, location):
                 if record.timestamp >= timestamp:
                     return record.offset, record.timestamp
-        batch_location = partition.batch_for_timestamp(timestamp)
-        if batch_location is None:
-            return -1, -1
-        try:
-            batch = self.segments[batch_location.segment_id].read(
-                batch_location.position, batch_location.size
-            )
-        except LogTrimmed:  # trimmed after indexing: an older slice would have matched
-            return -1, -1
-        for record in decode_records(batch):
-            if record.timestamp >= timestamp and record.offset >= partition.log_start_offset:
-                return record.offset, record.timestamp
+        for batch_location in partition.batches_from_timestamp(timestamp):
+            if batch_location.last_offset < partition.log_start_offset:
+                continue
+            for record in self._local_records(partition, batch_location):
+                if record.timestamp >= timestamp:
+                    return record.offset, record.timestamp
         return -1, -1
 
     async def _max_timestamp_record(self, partition: Partition) -> tuple[int, int]:
         candidates = []
-        location = partition.batch_with_max_timestamp()
+        location = partition.batch_with_max_timestamp(partition.log_start_offset)
         if location is not None:
-            try:
-                batch = self.segments[location.segment_id].read(location.position, location.size)
-                candidates.extend(decode_records(batch))
-            except LogTrimmed:
-                location = None
-        slices = [s for s in partition.slices() if s.last_offset >= partition.log_start_offset]
+            candidates.extend(self._local_records(partition, location))
+        slices = self._tier2_only_slices(partition)
         if slices:
             best_slice = max(slices, key=lambda s: s.max_timestamp)
-            if location is None or best_slice.max_timestamp > max(
-                (r.timestamp for r in candidates), default=-1
-            ):
+            best_local = max((r.timestamp for r in candidates), default=-1)
+            if best_slice.max_timestamp >= best_local:
                 candidates.extend(await self._slice_records(partition, best_slice))
-        candidates = [r for r in candidates if r.offset >= partition.log_start_offset]
         if not candidates:
             return -1, -1
         best = max(candidates, key=lambda r: (r.timestamp, -r.offset))
         return best.offset, best.timestamp
 
+    def _tier2_only_slices(self, partition: Partition) -> list[SliceLocation]:
+        """Slices holding offsets at or after the log start that tier 1 no longer has."""
+        start, local = partition.log_start_offset, partition.local_start_offset
+        return [s for s in partition.slices() if s.last_offset >= start and s.first_offset < local]
+
+    def _local_records(self, partition: Partition, location: BatchLocation) -> list:
+        try:
+            batch = self.segments[location.segment_id].read(location.position, location.size)
+        except LogTrimmed:  # trimmed after indexing: its slice was searched already
+            return []
+        return [r for r in decode_records(batch) if r.offset >= partition.log_start_offset]
+
     async def _slice_records(self, partition: Partition, location: SliceLocation) -> list:
         assert self.tier is not None
         data = await self.tier.read_slice(self, location)
+        start = partition.log_start_offset
         records = []
         for info in iter_batches(data):
-            if info.last_offset >= partition.log_start_offset:
-                records.extend(decode_records(data[info.start : info.start + info.size]))
+            if info.last_offset >= start:
+                batch = data[info.start : info.start + info.size]
+                records.extend(r for r in decode_records(batch) if r.offset >= start)
         return records
 
     # --- tier 2 ------------------------------------------------------------------------

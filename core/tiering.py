@@ -212,7 +212,8 @@ class TierManager:
         segment.mark_uploaded(f)
         self.stats.chunks_uploaded += 1
         self.stats.bytes_uploaded += len(built.data)
-        self.upload_lags.append(max(0.0, trio.current_time() - f.opened_at))
+        if f.opened_at >= 0:  # unknown for files replayed after a restart
+            self.upload_lags.append(trio.current_time() - f.opened_at)
         self._retained.append((stream, segment, f))
         self.retained_bytes += f.size
         self._trim_local()
@@ -382,8 +383,10 @@ class TierManager:
             self._nursery.start_soon(fn, *args)
 
     async def _delete_objects(self, keys: list[str]) -> None:
+        """Retried until it works; a restart meanwhile leaves the objects as orphans
+        (garbage, never a hole: their metadata is already gone)."""
         delay = _BACKOFF_FIRST_S
-        for _attempt in range(8):
+        while True:
             try:
                 await self.object_store.delete_many(keys)
                 return
@@ -391,7 +394,6 @@ class TierManager:
                 log.warning("tier 2: deleting %d objects failed, will retry: %s", len(keys), exc)
                 await trio.sleep(delay)
                 delay = min(delay * 2, _BACKOFF_MAX_S)
-        log.error("tier 2: gave up deleting %d objects; they are orphans now", len(keys))
 
     async def _delete_prefix(self, prefix: str) -> None:
         try:

@@ -75,7 +75,7 @@ class LogFile:
     path: str
     fd: int
     size: int  # durable bytes in the file
-    opened_at: float = 0.0  # trio clock when the file got its first entry
+    opened_at: float = -1.0  # trio clock when the file got its first entry; -1: unknown
     closed: bool = False  # rolled: complete, durable, ready to become a chunk
     uploaded: bool = False  # its chunk is confirmed in tier 2: the file may be trimmed
 

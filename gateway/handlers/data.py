@@ -9,6 +9,7 @@ from typing import Any
 import trio
 
 from core.errors import ErrorCode
+from core.segments.objectstore import ObjectNotFound, ObjectStoreUnavailable
 from core.store import TopicError
 from core.stream import AppendResult, PendingProduce
 from core.topic_config import max_message_bytes
@@ -192,10 +193,15 @@ async def list_offsets(ctx: GatewayContext, header: RequestHeader, body: Any) ->
                 elif part.timestamp == _LATEST:
                     result["offset"] = partition.high_watermark
                 else:
-                    offset, timestamp = await stream.offset_for_timestamp(
-                        part.partition_index, part.timestamp
-                    )
-                    result["offset"], result["timestamp"] = offset, timestamp
+                    try:
+                        offset, timestamp = await stream.offset_for_timestamp(
+                            part.partition_index, part.timestamp
+                        )
+                    except (ObjectStoreUnavailable, ObjectNotFound, OSError) as exc:
+                        log.warning("topic %s: timestamp lookup failed: %s", topic.name, exc)
+                        result["error_code"] = ErrorCode.KAFKA_STORAGE_ERROR
+                    else:
+                        result["offset"], result["timestamp"] = offset, timestamp
             partitions.append(result)
         topics.append({"name": topic.name, "partitions": partitions})
     return {"topics": topics}
