@@ -505,3 +505,15 @@ def test_minio_contract_basics(monkeypatch: pytest.MonkeyPatch) -> None:
 
         run(main)
         st.close()
+
+
+def test_folder_store_clears_puts_cut_short_by_a_crash(tmp_path) -> None:
+    """A put interrupted before its rename leaves a file in the incoming folder only; the
+    next start removes it, and it never shows up as a key."""
+    store = LocalFolderStore(str(tmp_path))
+    leftover = os.path.join(store._incoming, "0123456789abcdef-x.chunk")
+    with open(leftover, "wb") as f:
+        f.write(b"half a chunk")
+    assert trio.run(store.list_keys, "") == []
+    LocalFolderStore(str(tmp_path))
+    assert not os.path.exists(leftover)

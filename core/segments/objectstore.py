@@ -30,6 +30,7 @@ import contextlib
 import errno
 import os
 import secrets
+import shutil
 import threading
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
@@ -136,6 +137,11 @@ class LocalFolderStore:
     def __init__(self, root: str) -> None:
         self.root = os.path.abspath(root)
         self.description = f"folder {self.root}"
+        # Puts are written here first and renamed into place; whatever is left here was
+        # cut short by a crash (only this process writes under the root), so clear it.
+        self._incoming = os.path.join(self.root, _TMP_MARK + "incoming")
+        shutil.rmtree(self._incoming, ignore_errors=True)
+        _makedirs_durable(self._incoming)
         # Serialises "make the directory and create a file in it" against "remove the
         # directory because it became empty", so a put never loses its directory.
         self._dir_lock = threading.Lock()
@@ -147,7 +153,7 @@ class LocalFolderStore:
     def _put_sync(self, key: str, data: bytes) -> None:
         path = self._path(key)
         folder = os.path.dirname(path)
-        tmp = os.path.join(folder, f"{_TMP_MARK}{secrets.token_hex(8)}-{os.path.basename(path)}")
+        tmp = os.path.join(self._incoming, f"{secrets.token_hex(8)}-{os.path.basename(path)}")
         with self._dir_lock:
             _makedirs_durable(folder)
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
