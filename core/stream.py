@@ -35,6 +35,7 @@ from .scaling.plan import ScaleError, check_scale
 from .segments.chunks import iter_batches
 from .segments.log import LogTrimmed, PendingAppend, SegmentLog, Tier1Usage, parse_log_file_name
 from .segments.objectstore import ObjectNotFound, ObjectStoreUnavailable
+from .tiering import READ_AHEAD_SLICES
 
 if TYPE_CHECKING:
     from .tiering import TierManager
@@ -504,6 +505,12 @@ class Stream:
         if location is None or self.tier is None:
             return []
         data = await self.tier.read_slice(self, location)
+        following = location
+        for _ in range(READ_AHEAD_SLICES):  # a catch-up reader will want these next
+            following = partition.slice_for(following.last_offset + 1)
+            if following is None or following.first_offset >= partition.local_start_offset:
+                break
+            self.tier.prefetch(self, following)
         batches: list[bytes] = []
         total = 0
         view = memoryview(data)

@@ -43,6 +43,8 @@ _BACKOFF_MAX_S = 10.0
 # Every tier-1 file holds a descriptor: trim uploaded ones beyond this count too, whatever
 # their bytes (age-rolled files of idle segments are small).
 MAX_RETAINED_FILES = 256
+_MAX_PREFETCHES = 8  # slices read ahead at once, over all catch-up readers
+READ_AHEAD_SLICES = 2  # per partition, after the slice a Fetch needed
 
 
 @dataclass(slots=True)
@@ -129,6 +131,7 @@ class TierManager:
         self.upload_lags: deque[float] = deque(maxlen=10_000)  # seconds, roll to confirm
         self.outage_since: float | None = None
         self._nursery: trio.Nursery | None = None
+        self._prefetching = 0
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -305,6 +308,26 @@ class TierManager:
         finally:
             del self._loading[key]
             loading.done.set()
+
+    def prefetch(self, stream: Stream, location: SliceLocation) -> None:
+        """Start reading a slice in the background (catch-up read-ahead); errors are left
+        for the reader that needs it to meet."""
+        chunk = stream.chunks.get(location.chunk_id)
+        if chunk is None or self._prefetching >= _MAX_PREFETCHES:
+            return
+        key = (chunk.object_key, location.byte_start, location.byte_length)
+        if key in self._loading or self.cache.get(key) is not None:
+            return
+        self._prefetching += 1
+        self._spawn(self._prefetch, stream, location)
+
+    async def _prefetch(self, stream: Stream, location: SliceLocation) -> None:
+        try:
+            await self.read_slice(stream, location)
+        except (ObjectStoreUnavailable, ObjectNotFound, OSError):
+            pass
+        finally:
+            self._prefetching -= 1
 
     # --- retention ---------------------------------------------------------------------
 
