@@ -118,10 +118,8 @@ class Partition:
         self._batch_max_ts.append(max_timestamp)
         self.next_offset = last + 1
 
-    def truncate_to(self, offset: int) -> None:
-        """Forget every batch at or after `offset` (undo of a failed, unacknowledged write)."""
-        keep = bisect.bisect_left(self._base_offsets, offset)
-        for column in (
+    def _index_columns(self) -> tuple[array, ...]:
+        return (
             self._base_offsets,
             self._last_offsets,
             self._segment_ids,
@@ -129,7 +127,12 @@ class Partition:
             self._sizes,
             self._max_ts_prefix,
             self._batch_max_ts,
-        ):
+        )
+
+    def truncate_to(self, offset: int) -> None:
+        """Forget every batch at or after `offset` (undo of a failed, unacknowledged write)."""
+        keep = bisect.bisect_left(self._base_offsets, offset)
+        for column in self._index_columns():
             del column[keep:]
         self.next_offset = self._last_offsets[-1] + 1 if self._last_offsets else offset
         self.high_watermark = min(self.high_watermark, self.next_offset)
@@ -150,14 +153,7 @@ class Partition:
         """Forget the `count` oldest tier-1 index entries (their files were trimmed)."""
         if count <= 0:
             return
-        for column in (
-            self._base_offsets,
-            self._last_offsets,
-            self._segment_ids,
-            self._positions,
-            self._sizes,
-            self._batch_max_ts,
-        ):
+        for column in self._index_columns():
             del column[:count]
         # Rebuild the running maximum so it covers only what is still indexed.
         running = -1
