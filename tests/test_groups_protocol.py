@@ -330,6 +330,10 @@ def test_member_that_does_not_rejoin_is_dropped_at_rebalance_timeout(shared_gate
         c_first = c.request(join(group, **timeouts))
         c_req = join(group, member_id=c_first.member_id, **timeouts)
         c_corr = c.send(c_req)
+        # a rejoins only once c's join has started the rebalance (on a loaded machine a's
+        # request could otherwise overtake c's and find the group still Stable).
+        while a.request(heartbeat(group, 1, a_gen1.member_id)).error_code != REBALANCE_IN_PROGRESS:
+            time.sleep(0.01)
         started = time.monotonic()
         a_gen2 = a.request(join(group, member_id=a_gen1.member_id, **timeouts))
         elapsed = time.monotonic() - started
