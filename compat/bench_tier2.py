@@ -57,6 +57,7 @@ sys.path.insert(0, str(REPO_ROOT / "tests"))  # for tests/s3server.py (MotoServe
 
 from compat.bench_throughput import (  # noqa: E402
     KEY_FORMAT,
+    ConsumeVerifier,
     DeliveryTracker,
     ErrorLog,
     _free_port,
@@ -855,47 +856,12 @@ def consumer_config(bootstrap: str, extra: dict[str, str], errors: ErrorLog) -> 
     return conf
 
 
-class ReadCheck(ErrorLog):
-    """Dense offsets from 0 per partition, every key once, each value as produced."""
-
-    def __init__(self, records: int, partitions: int, payloads: list[bytes]) -> None:
-        super().__init__()
-        self.payloads = payloads
-        self.next_offset = [0] * partitions
-        self.seen = bytearray(records)
-        self.consumed = 0
-        self.last_receive = 0.0
-
-    def check(self, msg: Any) -> None:
-        err = msg.error()
-        if err is not None:
-            self.add(err.name(), f"partition {msg.partition()}: {err.str()}")
-            return
-        self.consumed += 1
-        p, off = msg.partition(), msg.offset()
-        if off != self.next_offset[p]:
-            self.add("offset_gap", f"partition {p}: expected {self.next_offset[p]}, got {off}")
-        self.next_offset[p] = off + 1
-        try:
-            index = int(msg.key() or b"")
-        except ValueError:
-            index = -1
-        if not 0 <= index < len(self.seen):
-            self.add("unknown_key", f"unexpected key {msg.key()!r}")
-            return
-        if self.seen[index]:
-            self.add("duplicate", f"record {index} read twice")
-        self.seen[index] = 1
-        if msg.value() != self.payloads[index % len(self.payloads)]:
-            self.add("wrong_value", f"record {index}: value differs from what was produced")
-
-
 def read_all(bootstrap: str, topic: str, expected: list[int], payloads: list[bytes],
              extra: dict[str, str], stall_timeout: float,
-             display: Display, label: str) -> tuple[Report, ReadCheck]:
+             display: Display, label: str) -> tuple[Report, ConsumeVerifier]:
     """Read every partition from offset 0 to its expected end; figures and the check."""
     total = sum(expected)
-    check = ReadCheck(total, len(expected), payloads)
+    check = ConsumeVerifier(total, len(expected), payloads)
     consumer = Consumer(consumer_config(bootstrap, extra, check))
     completed = True
     try:
@@ -915,7 +881,7 @@ def read_all(bootstrap: str, topic: str, expected: list[int], payloads: list[byt
                 messages = consumer.consume(num_messages=want, timeout=0.2)
                 if messages:
                     for msg in messages:
-                        check.check(msg)
+                        check.add_message(msg)
                     check.last_receive = time.perf_counter()
                     last_move = time.monotonic()
                 elif time.monotonic() - last_move > stall_timeout:

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import defaultdict
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from crash_checks import check_exactly_once, read_from_start
 
 PARTITIONS = 8
 KILL_CYCLES = 5
@@ -57,28 +57,6 @@ def _produce_while_killing(gateway, topic: str) -> dict[str, tuple[int, int]]:
     return acked
 
 
-def _consume_all(bootstrap: str, topic: str) -> dict[int, list[tuple[int, str]]]:
-    consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": "crash-check", "enable.auto.commit": False}
-    )
-    ends = {
-        p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-        for p in range(PARTITIONS)
-    }
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
-    records: dict[int, list[tuple[int, str]]] = defaultdict(list)
-    deadline = time.monotonic() + 60
-    while sum(len(v) for v in records.values()) < sum(ends.values()):
-        assert time.monotonic() < deadline, "consumer did not read back the whole topic"
-        msg = consumer.poll(0.5)
-        if msg is None:
-            continue
-        assert msg.error() is None, msg.error()
-        records[msg.partition()].append((msg.offset(), msg.value().decode()))
-    consumer.close()
-    return records
-
-
 def test_sigkill_under_load_loses_no_acknowledged_record(gateway) -> None:
     topic = "crash-recovery"
     admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
@@ -87,14 +65,4 @@ def test_sigkill_under_load_loses_no_acknowledged_record(gateway) -> None:
     acked = _produce_while_killing(gateway, topic)
     assert len(acked) > 1000
 
-    records = _consume_all(gateway.bootstrap, topic)
-    stored: dict[str, tuple[int, int]] = {}
-    for partition, items in records.items():
-        assert [offset for offset, _ in items] == list(range(len(items))), "offsets not dense"
-        for offset, value in items:
-            assert value not in stored, f"record {value} stored twice"
-            stored[value] = (partition, offset)
-    lost = [v for v in acked if v not in stored]
-    assert not lost, f"{len(lost)} acknowledged records lost, e.g. {lost[:5]}"
-    moved = [v for v, where in acked.items() if stored[v] != where]
-    assert not moved, f"records not at their acknowledged offset: {moved[:5]}"
+    check_exactly_once(read_from_start(gateway.bootstrap, topic, PARTITIONS), acked)

@@ -22,15 +22,15 @@ import threading
 import time
 import urllib.request
 import uuid
-from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
 import boto3
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from conftest import Gateway
+from crash_checks import check_exactly_once, read_from_start
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KafkaTopicPartition
 from s3server import MotoServer
@@ -200,35 +200,6 @@ def _produce_while_killing(
 # --------------------------------------------------------------------------- check
 
 
-def _consume_all(bootstrap: str, topic: str) -> dict[int, list[tuple[int, str]]]:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"tier2-crash-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False,
-            "auto.offset.reset": "error",
-        }
-    )
-    marks = {
-        p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-        for p in range(PARTITIONS)
-    }
-    assert all(low == 0 for low, _high in marks.values()), f"log start moved: {marks}"
-    ends = {p: high for p, (_low, high) in marks.items()}
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
-    records: dict[int, list[tuple[int, str]]] = defaultdict(list)
-    deadline = time.monotonic() + 90
-    while sum(len(v) for v in records.values()) < sum(ends.values()):
-        assert time.monotonic() < deadline, "consumer did not read back the whole topic"
-        msg = consumer.poll(0.5)
-        if msg is None:
-            continue
-        assert msg.error() is None, msg.error()
-        records[msg.partition()].append((msg.offset(), msg.value().decode()))
-    consumer.close()
-    return records
-
-
 def _consume_partition_kafka_python(bootstrap: str, topic: str, partition: int, count: int):
     consumer = KafkaConsumer(
         bootstrap_servers=bootstrap,
@@ -250,27 +221,6 @@ def _consume_partition_kafka_python(bootstrap: str, topic: str, partition: int, 
     finally:
         consumer.close()
     return items
-
-
-def _check_exactly_once(
-    records: dict[int, list[tuple[int, str]]],
-    acked: dict[str, tuple[int, int]],
-    sent: set[str],
-) -> None:
-    stored: dict[str, tuple[int, int]] = {}
-    for partition, items in records.items():
-        offsets = [offset for offset, _ in items]
-        assert offsets == list(range(len(items))), f"partition {partition}: offsets not dense"
-        for offset, value in items:
-            assert value not in stored, (
-                f"record {value[:12]} stored twice: {stored[value]} and {(partition, offset)}"
-            )
-            assert value in sent, f"record {value[:12]} at {(partition, offset)} never sent"
-            stored[value] = (partition, offset)
-    lost = [v[:12] for v in acked if v not in stored]
-    assert not lost, f"{len(lost)} of {len(acked)} acknowledged records lost, e.g. {lost[:5]}"
-    moved = [(v[:12], where, stored[v]) for v, where in acked.items() if stored[v] != where]
-    assert not moved, f"{len(moved)} records not at their acknowledged offset: {moved[:5]}"
 
 
 def _check_log(gateway: Gateway) -> None:
@@ -314,8 +264,8 @@ def _run_kill_loop(
     print(f"tier 2 caught up after {time.monotonic() - started:.1f} s: {tier}")
     assert tier["upload_errors"] == 0, tier
     assert tier["tier1_retained_bytes"] == 0, tier
-    records = _consume_all(gateway.bootstrap, topic)
-    _check_exactly_once(records, acked, sent)
+    records = read_from_start(gateway.bootstrap, topic, PARTITIONS)
+    check_exactly_once(records, acked, sent)
 
     print(f"read {sum(map(len, records.values()))} records in {time.monotonic() - started:.1f} s")
     partition = max(records, key=lambda p: len(records[p]))
