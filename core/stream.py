@@ -33,7 +33,14 @@ from .partition import BatchLocation, Partition, SliceLocation
 from .scaling.crash import crash_point
 from .scaling.plan import ScaleError, check_scale
 from .segments.chunks import iter_batches
-from .segments.log import LogTrimmed, PendingAppend, SegmentLog, Tier1Usage, parse_log_file_name
+from .segments.log import (
+    LogTrimmed,
+    PendingAppend,
+    SegmentLog,
+    Tier1Usage,
+    log_file_name,
+    parse_log_file_name,
+)
 from .segments.objectstore import ObjectNotFound, ObjectStoreUnavailable
 from .tiering import READ_AHEAD_SLICES
 
@@ -113,11 +120,8 @@ class ScaleResult:
     successors: list[SegmentRecord]
 
 
-def _segment_of_file(name: str) -> int | None:
-    """The segment id of a tier-1 log file name (also the old `segment-<id>.log`)."""
-    parsed = parse_log_file_name(name)
-    if parsed is not None:
-        return parsed[0]
+def _legacy_segment_of_file(name: str) -> int | None:
+    """The segment id of a pre-rolling `segment-<id>.log` file name."""
     middle = name[len("segment-") : -len(".log")]
     if name.startswith("segment-") and name.endswith(".log") and middle.isdigit():
         return int(middle)
@@ -160,7 +164,11 @@ class Stream:
         return self.record.partitions
 
     def _new_log(
-        self, segment_id: int, after: list[SegmentLog] | None = None, uploaded_end: int = 0
+        self,
+        segment_id: int,
+        after: list[SegmentLog] | None = None,
+        uploaded_end: int = 0,
+        existing_bases: Sequence[int] = (),
     ) -> SegmentLog:
         tier = self.tier
         return SegmentLog(
@@ -174,6 +182,7 @@ class Stream:
             uploaded_end=uploaded_end,
             usage=self.usage,
             on_rolled=tier.on_rolled if tier else None,
+            existing_bases=existing_bases,
         )
 
     def open_segments(self) -> list[SegmentLog]:
@@ -186,11 +195,24 @@ class Stream:
         """
         os.makedirs(self.directory, exist_ok=True)
         known = {seg.segment_id for seg in self.record.segments}
+        bases: dict[int, list[int]] = {}
         for entry in os.listdir(self.directory):
-            segment_id = _segment_of_file(entry)
-            if segment_id is not None and segment_id not in known:
+            parsed = parse_log_file_name(entry)
+            if parsed is None and (legacy := _legacy_segment_of_file(entry)) is not None:
+                # A data folder from before rolling files: its one file starts at 0.
+                parsed = (legacy, 0)
+                os.rename(
+                    os.path.join(self.directory, entry),
+                    os.path.join(self.directory, log_file_name(legacy, 0)),
+                )
+                entry = log_file_name(legacy, 0)
+            if parsed is None:
+                continue
+            if parsed[0] not in known:
                 log.warning("stream %s: removing uncommitted segment file %s", self.name, entry)
                 os.remove(os.path.join(self.directory, entry))
+            else:
+                bases.setdefault(parsed[0], []).append(parsed[1])
         if self._metadata is not None:
             for partition_index, offset in self._metadata.load_log_starts(self.name).items():
                 self.partition(partition_index).log_start_offset = offset
@@ -202,7 +224,11 @@ class Stream:
                 )
         now = time.monotonic()
         for seg in sorted(self.record.segments, key=lambda s: s.segment_id):
-            segment = self._new_log(seg.segment_id, uploaded_end=seg.uploaded_end)
+            segment = self._new_log(
+                seg.segment_id,
+                uploaded_end=seg.uploaded_end,
+                existing_bases=bases.get(seg.segment_id, ()),
+            )
             self.segments[seg.segment_id] = segment
             self.stats[seg.segment_id] = SegmentStats(now)
             self._replay(seg.segment_id, segment)

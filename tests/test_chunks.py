@@ -139,7 +139,10 @@ def test_replay_cuts_a_torn_tail_and_positions_continue_after_full_trim(tmp_path
         path = os.path.join(tmp_path, os.listdir(tmp_path)[0])
         with open(path, "ab") as f:
             f.write(b"\x00\x00\x01\x00torn")
-        reopened = SegmentLog(str(tmp_path), 0, lambda a: None, lambda f, e: None)
+        bases = [parse_log_file_name(n)[1] for n in os.listdir(tmp_path)]
+        reopened = SegmentLog(
+            str(tmp_path), 0, lambda a: None, lambda f, e: None, existing_bases=bases
+        )
         assert len(list(reopened.replay())) == 3
         assert reopened.durable_size == end and os.path.getsize(path) == end
         reopened.mark_uploaded(reopened.files[0])

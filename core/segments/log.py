@@ -28,7 +28,7 @@ import logging
 import math
 import os
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import crc32c
@@ -99,6 +99,10 @@ class ReplayedEntry:
     batch: bytes
 
 
+def log_file_name(segment_id: int, base: int) -> str:
+    return f"segment-{segment_id}.{base:020d}.log"
+
+
 def parse_log_file_name(name: str) -> tuple[int, int] | None:
     """(segment id, base position) of `segment-<id>.<base>.log`; None for other names."""
     if not (name.startswith("segment-") and name.endswith(".log")):
@@ -142,7 +146,10 @@ class SegmentLog:
         uploaded_end: int = 0,
         usage: Tier1Usage | None = None,
         on_rolled: Callable[[SegmentLog], None] | None = None,
+        existing_bases: Sequence[int] = (),
     ) -> None:
+        """`existing_bases`: base positions of this segment's files already on disk (the
+        caller lists the stream's folder once for all its segments)."""
         self.directory = directory
         self.segment_id = segment_id
         self.roll_bytes = roll_bytes
@@ -155,7 +162,11 @@ class SegmentLog:
         self._on_failed = on_failed
         self.files: list[LogFile] = []
         self._bases: list[int] = []
-        self._open_existing_files()
+        for base in sorted(existing_bases):
+            path = self._path(base)
+            fd = os.open(path, os.O_RDWR)
+            self.files.append(LogFile(base, path, fd, os.fstat(fd).st_size))
+            self._bases.append(base)
         end = self.files[-1].end if self.files else 0
         # With every file trimmed, positions go on from the uploaded end: chunk keys are
         # named by position and must never be reused.
@@ -173,23 +184,7 @@ class SegmentLog:
         self._flusher_running = False
 
     def _path(self, base: int) -> str:
-        return os.path.join(self.directory, f"segment-{self.segment_id}.{base:020d}.log")
-
-    def _open_existing_files(self) -> None:
-        legacy = os.path.join(self.directory, f"segment-{self.segment_id}.log")
-        if os.path.exists(legacy):  # a data folder from before rolling files
-            os.rename(legacy, self._path(0))
-        found = []
-        for name in os.listdir(self.directory):
-            parsed = parse_log_file_name(name)
-            if parsed and parsed[0] == self.segment_id:
-                found.append(parsed[1])
-        for base in sorted(found):
-            path = self._path(base)
-            fd = os.open(path, os.O_RDWR)
-            size = os.fstat(fd).st_size
-            self.files.append(LogFile(base, path, fd, size))
-            self._bases.append(base)
+        return os.path.join(self.directory, log_file_name(self.segment_id, base))
 
     # --- recovery ----------------------------------------------------------------------
 
