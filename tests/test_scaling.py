@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
-from conftest import REPO_ROOT, Gateway
+from conftest import Gateway
 from helpers import wait_until
 from scaling_helpers import (
     METRICS_ARGS,
@@ -36,6 +36,7 @@ from scaling_helpers import (
 )
 
 from core.segments.log import parse_log_file_name
+from harness.gateway import REPO_ROOT
 
 PARTITIONS = 16
 FAST_SCALER = ("--scaling-window-s", "1.5", "--scaling-interval-s", "0.25")
@@ -202,8 +203,8 @@ def test_crash_inside_scale_event(tmp_path: Path, topic: str, point: str) -> Non
     class CrashingGateway(Gateway):
         crash_at: str | None = point
 
-        def _env(self) -> dict[str, str]:
-            env = super()._env()
+        def env(self) -> dict[str, str]:
+            env = super().env()
             if self.crash_at:
                 env["STREAMGATE_TEST_CRASH_AT"] = self.crash_at
             return env
