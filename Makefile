@@ -21,10 +21,16 @@ kcat-installed:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq kcat; }
 
+# harness/postgres.py runs Debian's PostgreSQL (initdb + postgres in a temp folder).
+postgresql-installed:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq postgresql; }
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-test: $(STAMP) kcat-installed lint
+test: $(STAMP) kcat-installed postgresql-installed lint
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)

@@ -9,6 +9,9 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
+
+from harness.procstats import proc_cpu_seconds, proc_status_kib
 
 STOP_TIMEOUT = 15.0
 LOG_TAIL_CHARS = 8000
@@ -37,6 +40,14 @@ class ManagedProcess:
     def env(self) -> Mapping[str, str]:
         return dict(os.environ)
 
+    def spawn_env(self) -> Mapping[str, str]:
+        """The environment the process starts with: env() unless a subclass says otherwise."""
+        return self.env()
+
+    def popen_options(self) -> dict[str, Any]:
+        """Extra subprocess.Popen arguments (e.g. `user=` to drop root)."""
+        return {}
+
     def ready(self) -> bool:
         raise NotImplementedError
 
@@ -47,6 +58,19 @@ class ManagedProcess:
 
     def is_alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+    def peak_rss_kib(self) -> int | None:
+        """VmHWM of the running process (None once it has exited)."""
+        return None if self.proc is None else proc_status_kib(self.proc.pid, "VmHWM")
+
+    def cpu_seconds(self) -> float | None:
+        """User + system CPU seconds of the running process (None once it has exited)."""
+        return None if self.proc is None else proc_cpu_seconds(self.proc.pid)
+
+    @property
+    def exit_code(self) -> int | None:
+        """The exit code once the process has ended, else None."""
+        return None if self.proc is None else self.proc.poll()
 
     def log_text(self) -> str:
         try:
@@ -80,11 +104,12 @@ class ManagedProcess:
             self.proc = subprocess.Popen(
                 self.command(),
                 cwd=self.cwd,
-                env=dict(self.env()),
+                env=dict(self.spawn_env()),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,
                 start_new_session=True,
+                **self.popen_options(),
             )
         check = ready or self.ready
         deadline = time.monotonic() + timeout

@@ -68,6 +68,23 @@ def shared_gateway(request: pytest.FixtureRequest, tmp_path_factory: pytest.Temp
 
 
 @pytest.fixture
+def group_run():
+    """`group_run(gateway, name, partitions)` makes a GroupRun (tests/group_members.py): a
+    new topic and group; every member made through it is stopped at teardown."""
+    from group_members import GroupRun
+
+    runs: list[GroupRun] = []
+
+    def make(gw: Gateway, name: str, partitions: int) -> GroupRun:
+        runs.append(GroupRun.create(gw.bootstrap, name, partitions))
+        return runs[-1]
+
+    yield make
+    for run in runs:
+        run.stop()
+
+
+@pytest.fixture
 def topic(request: pytest.FixtureRequest) -> str:
     """A unique topic name derived from the test name."""
     return unique_topic(request.node.name)

@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from helpers import wait_until
+from helpers import unique_topic, wait_until
 
 SESSION_TIMEOUT_MS = 6000
+ROUND_PER_PARTITION = 10  # records a partition gets in each GroupRun.produce_round()
 HEARTBEAT_MS = 500
 Partition = tuple[str, int]
 
@@ -437,3 +438,60 @@ def wait_committed(
 
 def end_offsets(partitions: set[Partition], per_partition: int) -> dict[Partition, int]:
     return {p: per_partition for p in partitions}
+
+
+@dataclass
+class GroupRun:
+    """One topic and one group on a gateway: the block every group test starts with.
+
+    `members()` makes members that consume into the shared `sink`; `start()` starts them
+    and waits until the group covers every partition; `produce_round()` produces a round of
+    records and waits until they are consumed and committed. Every member made here is
+    stopped by `stop()` (the `group_run` fixture calls it at teardown).
+    """
+
+    bootstrap: str
+    topic: str
+    group: str
+    partition_count: int
+    partitions: set[Partition]
+    sink: list[Consumed] = field(default_factory=list)
+    made: list[Any] = field(default_factory=list)
+
+    @classmethod
+    def create(cls, bootstrap: str, name: str, partition_count: int) -> GroupRun:
+        topic = unique_topic(name)
+        partitions = create_topic(bootstrap, topic, partition_count)
+        return cls(bootstrap, topic, f"group-{topic}", partition_count, partitions)
+
+    def members(self, kinds: list[str], strategy: str = "range", prefix: str = "m",
+                group: str | None = None) -> list[Member]:
+        made = make_members(kinds, self.bootstrap, group or self.group, [self.topic], self.sink,
+                            strategy, prefix)
+        self.made.extend(made)
+        return made
+
+    def adopt(self, member: Any) -> Any:
+        """Stop `member` (made elsewhere) with the others."""
+        self.made.append(member)
+        return member
+
+    def start(self, members: list[Any], cover: list[Any] | None = None) -> None:
+        """Start `members`; wait until `cover` (default: those) own every partition."""
+        for member in members:
+            member.start()
+        wait_for_cover(members if cover is None else cover, self.partitions)
+
+    def produce_round(self, prefix: str, committed: int | None = None,
+                      per_partition: int = ROUND_PER_PARTITION) -> set[bytes]:
+        """`per_partition` records a partition; wait until they are consumed and, when given,
+        until the group has committed `committed` records a partition."""
+        values = produce(self.bootstrap, self.topic, self.partition_count, prefix,
+                         self.partition_count * per_partition)
+        wait_consumed(self.sink, values)
+        if committed is not None:
+            wait_committed(self.bootstrap, self.group, end_offsets(self.partitions, committed))
+        return values
+
+    def stop(self) -> None:
+        stop_all(self.made)

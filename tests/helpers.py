@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime
 import io
 import re
+import select
 import socket
 import struct
 import time
@@ -189,6 +190,28 @@ def open_socket(bootstrap: str, timeout: float = 10.0) -> socket.socket:
     return sock
 
 
+def _tcp_queues(local: tuple[str, int], remote: tuple[str, int]) -> tuple[int, int] | None:
+    """(send queue, receive queue) of a loopback IPv4 socket, from /proc/net/tcp."""
+    def hexaddr(addr: tuple[str, int]) -> str:
+        return f"{socket.inet_aton(addr[0])[::-1].hex().upper()}:{addr[1]:04X}"
+
+    want = (hexaddr(local), hexaddr(remote))
+    with open("/proc/net/tcp") as table:
+        for line in table.readlines()[1:]:
+            fields = line.split()
+            if (fields[1], fields[2]) == want:
+                tx, rx = fields[4].split(":")
+                return int(tx, 16), int(rx, 16)
+    return None
+
+
+def _loopback_queues_empty(sock: socket.socket) -> bool:
+    """True when `sock` has sent everything and its peer (on this host) has read it all."""
+    local, remote = sock.getsockname(), sock.getpeername()
+    mine, theirs = _tcp_queues(local, remote), _tcp_queues(remote, local)
+    return mine is not None and theirs is not None and mine[0] == 0 and theirs[1] == 0
+
+
 class RawClient:
     """A minimal synchronous Kafka client speaking kio entities over one socket."""
 
@@ -227,6 +250,17 @@ class RawClient:
 
     def request(self, entity: Any) -> Any:
         return self.receive(entity, self.send(entity))
+
+    def wait_request_taken(self, timeout: float = 10.0) -> None:
+        """Wait until the server has read every byte sent so far and has not answered yet.
+
+        The gateway decodes a connection's frames and starts their handlers in the same loop
+        that reads the socket, so an empty server-side receive queue means the last request
+        sent is being handled (a parked long poll, a follower waiting in SyncGroup...).
+        """
+        wait_until(lambda: _loopback_queues_empty(self.sock), timeout, interval=0.01)
+        readable, _, _ = select.select([self.sock], [], [], 0)
+        assert not readable, "the server answered while the request should still be waiting"
 
 
 # ------------------------------------------------------------------ record batches

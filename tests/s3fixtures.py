@@ -10,7 +10,9 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from s3server import MotoServer, OutageProxy
+
+from harness.moto import MotoServer
+from harness.proxy import OutageProxy
 
 
 @pytest.fixture(scope="session")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,19 +13,7 @@ from confluent_kafka import Consumer as ConfluentConsumer
 from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions, KafkaError
 from confluent_kafka import TopicPartition as ConfluentTP
 from confluent_kafka.admin import AdminClient
-from group_members import (
-    Consumed,
-    Member,
-    create_topic,
-    end_offsets,
-    make_members,
-    produce,
-    stop_all,
-    wait_committed,
-    wait_consumed,
-    wait_for_cover,
-)
-from helpers import unique_topic
+from group_members import Member
 from kafka import KafkaAdminClient
 from kafka.structs import TopicPartition
 
@@ -56,24 +43,16 @@ def simple_commit(bootstrap: str, group: str, topic: str, offsets: dict[int, int
 
 
 @pytest.fixture
-def groups(shared_gateway) -> Iterator[Groups]:
-    bootstrap = shared_gateway.bootstrap
-    topic = unique_topic("grp-admin")
-    partitions = create_topic(bootstrap, topic, PARTITIONS)
-    sink: list[Consumed] = []
-    active = f"active-{topic}"
-    members = make_members(["confluent", "confluent"], bootstrap, active, [topic], sink, "range")
-    try:
-        for member in members:
-            member.start()
-        wait_for_cover(members, partitions)
-        wait_consumed(sink, produce(bootstrap, topic, PARTITIONS, "v", PARTITIONS * PER_PARTITION))
-        wait_committed(bootstrap, active, end_offsets(partitions, PER_PARTITION))
-        empty = f"empty-{topic}"
-        simple_commit(bootstrap, empty, topic, {0: 4, 1: 10})
-        yield Groups(topic, active, empty, members)
-    finally:
-        stop_all(members)
+def groups(shared_gateway, group_run) -> Groups:
+    run = group_run(shared_gateway, "grp-admin", PARTITIONS)
+    active = f"active-{run.topic}"
+    run.group = active
+    members = run.members(["confluent", "confluent"])
+    run.start(members)
+    run.produce_round("v", PER_PARTITION)
+    empty = f"empty-{run.topic}"
+    simple_commit(run.bootstrap, empty, run.topic, {0: 4, 1: 10})
+    return Groups(run.topic, active, empty, members)
 
 
 def test_confluent_admin_client(shared_gateway, groups):

@@ -10,24 +10,10 @@ there is no at-least-once window to excuse a duplicate.
 from __future__ import annotations
 
 import pytest
-from group_members import (
-    MEMBER_KINDS,
-    Consumed,
-    Member,
-    create_topic,
-    duplicates,
-    end_offsets,
-    make_members,
-    produce,
-    stop_all,
-    wait_committed,
-    wait_consumed,
-    wait_for_cover,
-)
-from helpers import unique_topic
+from group_members import MEMBER_KINDS, ROUND_PER_PARTITION, Member, duplicates, wait_for_cover
 
 PARTITIONS = 6
-PER_PARTITION = 10
+PER_PARTITION = ROUND_PER_PARTITION
 
 CASES = [
     pytest.param(["kafka-python"] * 3, "range", id="kafka-python-range"),
@@ -42,46 +28,31 @@ CASES = [
 
 
 @pytest.mark.parametrize(("kinds", "strategy"), CASES)
-def test_three_members_then_leave_then_late_join(shared_gateway, kinds, strategy):
-    bootstrap = shared_gateway.bootstrap
-    topic = unique_topic(f"grp-{strategy}")
-    group = f"group-{topic}"
-    partitions = create_topic(bootstrap, topic, PARTITIONS)
-    sink: list[Consumed] = []
-    members: list[Member] = make_members(kinds, bootstrap, group, [topic], sink, strategy)
+def test_three_members_then_leave_then_late_join(shared_gateway, group_run, kinds, strategy):
+    run = group_run(shared_gateway, f"grp-{strategy}", PARTITIONS)
+    members: list[Member] = run.members(kinds, strategy)
     everyone = list(members)
-    try:
-        for member in members:
-            member.start()
-        wait_for_cover(members, partitions)
-        phase_values = [produce(bootstrap, topic, PARTITIONS, "joined", PARTITIONS * PER_PARTITION)]
-        wait_consumed(sink, phase_values[-1])
-        wait_committed(bootstrap, group, end_offsets(partitions, PER_PARTITION))
+    run.start(members)
+    phase_values = [run.produce_round("joined", PER_PARTITION)]
 
-        # The middle member leaves: the other two take over its partitions.
-        leaver = members.pop(1)
-        leaver.stop()
-        wait_for_cover(members, partitions)
-        phase_values.append(
-            produce(bootstrap, topic, PARTITIONS, "left", PARTITIONS * PER_PARTITION)
-        )
-        wait_consumed(sink, phase_values[-1])
-        wait_committed(bootstrap, group, end_offsets(partitions, 2 * PER_PARTITION))
+    # The middle member leaves: the other two take over its partitions.
+    leaver = members.pop(1)
+    leaver.stop()
+    wait_for_cover(members, run.partitions)
+    phase_values.append(run.produce_round("left", 2 * PER_PARTITION))
 
-        # A late joiner (of the leaver's kind) gets a share of the partitions.
-        late = MEMBER_KINDS[leaver.kind](
-            f"late-{leaver.kind}", bootstrap, group, [topic], sink, strategy
+    # A late joiner (of the leaver's kind) gets a share of the partitions.
+    late = run.adopt(
+        MEMBER_KINDS[leaver.kind](
+            f"late-{leaver.kind}", run.bootstrap, run.group, [run.topic], run.sink, strategy
         )
-        everyone.append(late)
-        members.append(late.start())
-        wait_for_cover(members, partitions)
-        phase_values.append(
-            produce(bootstrap, topic, PARTITIONS, "late", PARTITIONS * PER_PARTITION)
-        )
-        wait_consumed(sink, phase_values[-1])
-        wait_committed(bootstrap, group, end_offsets(partitions, 3 * PER_PARTITION))
-    finally:
-        stop_all(everyone)
+    )
+    everyone.append(late)
+    members.append(late)
+    run.start([late], cover=members)
+    phase_values.append(run.produce_round("late", 3 * PER_PARTITION))
+    run.stop()
+    sink = run.sink
 
     assert [m.stats.errors for m in everyone] == [[] for _ in everyone]
     assert duplicates(sink) == {}, "a record was consumed twice"

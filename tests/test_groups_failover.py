@@ -11,49 +11,35 @@ import time
 
 from group_members import (
     SESSION_TIMEOUT_MS,
-    Consumed,
     ProcessMember,
-    create_topic,
     duplicates,
-    end_offsets,
-    make_members,
     produce,
-    stop_all,
-    wait_committed,
     wait_consumed,
     wait_for_cover,
 )
-from helpers import unique_topic
 
 PARTITIONS = 6
 PER_PARTITION = 10
 
 
-def test_killed_member_partitions_move_after_session_timeout(shared_gateway):
-    bootstrap = shared_gateway.bootstrap
-    topic = unique_topic("grp-kill")
-    group = f"group-{topic}"
-    partitions = create_topic(bootstrap, topic, PARTITIONS)
-    sink: list[Consumed] = []
-    survivors = make_members(["kafka-python", "aiokafka"], bootstrap, group, [topic], sink, "range")
-    victim = ProcessMember("victim-confluent", bootstrap, group, [topic], sink)
-    try:
-        for member in survivors:
-            member.start()
-        wait_for_cover([*survivors, victim], partitions)
-        victim_partitions = victim.assignment
-        before = produce(bootstrap, topic, PARTITIONS, "before", PARTITIONS * PER_PARTITION)
-        wait_consumed(sink, before)
-        wait_committed(bootstrap, group, end_offsets(partitions, PER_PARTITION))
+def test_killed_member_partitions_move_after_session_timeout(shared_gateway, group_run):
+    run = group_run(shared_gateway, "grp-kill", PARTITIONS)
+    survivors = run.members(["kafka-python", "aiokafka"])
+    victim = run.adopt(
+        ProcessMember("victim-confluent", run.bootstrap, run.group, [run.topic], run.sink)
+    )
+    run.start(survivors, cover=[*survivors, victim])
+    victim_partitions = victim.assignment
+    before = run.produce_round("before", PER_PARTITION)
 
-        victim.kill()
-        killed_at = time.monotonic()
-        after = produce(bootstrap, topic, PARTITIONS, "after", PARTITIONS * PER_PARTITION)
-        wait_for_cover(survivors, partitions, timeout=SESSION_TIMEOUT_MS / 1000 + 20)
-        moved_after = time.monotonic() - killed_at
-        wait_consumed(sink, after)
-    finally:
-        stop_all([*survivors, victim])
+    victim.kill()
+    killed_at = time.monotonic()
+    after = produce(run.bootstrap, run.topic, PARTITIONS, "after", PARTITIONS * PER_PARTITION)
+    wait_for_cover(survivors, run.partitions, timeout=SESSION_TIMEOUT_MS / 1000 + 20)
+    moved_after = time.monotonic() - killed_at
+    wait_consumed(run.sink, after)
+    run.stop()
+    sink = run.sink
 
     # The coordinator noticed only when the session expired (a dead TCP connection is no
     # reason to drop a member), and not much later either.

@@ -275,7 +275,8 @@ def test_second_member_rebalances_and_protocol_is_common(shared_gateway, group):
         b_id = handshake.member_id
         b_join = join(group, member_id=b_id, protocols=("roundrobin",))
         b_corr = b.send(b_join)  # waits for the rebalance: read later
-        time.sleep(0.2)
+        b.wait_request_taken()
+        # b's join has started the rebalance: a hears of it from its next heartbeat
         beat = a.request(heartbeat(group, first.generation_id, first.member_id))
         assert beat.error_code == REBALANCE_IN_PROGRESS
         a_join = a.request(
@@ -292,7 +293,7 @@ def test_second_member_rebalances_and_protocol_is_common(shared_gateway, group):
         gen = a_join.generation_id
         b_sync = sync(group, gen, b_id)
         b_corr = b.send(b_sync)  # the follower waits for the leader's assignment
-        time.sleep(0.2)
+        b.wait_request_taken()
         a_synced = a.request(
             sync(group, gen, first.member_id, [(first.member_id, b"A"), (b_id, b"B")])
         )
@@ -355,7 +356,7 @@ def test_session_timeout_expires_a_silent_member(shared_gateway, group):
         b_id = b.request(join(group, **timeouts)).member_id
         b_req = join(group, member_id=b_id, **timeouts)
         b_corr = b.send(b_req)
-        time.sleep(0.1)
+        b.wait_request_taken()
         assert a.request(heartbeat(group, 1, a_id)).error_code == REBALANCE_IN_PROGRESS
         assert a.request(join(group, member_id=a_id, **timeouts)).generation_id == 2
         assert b.receive(b_req, b_corr).generation_id == 2

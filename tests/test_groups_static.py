@@ -6,21 +6,8 @@ from __future__ import annotations
 import time
 
 import pytest
-from group_members import (
-    ConfluentMember,
-    Consumed,
-    KafkaPythonMember,
-    create_topic,
-    duplicates,
-    end_offsets,
-    make_members,
-    produce,
-    stop_all,
-    wait_committed,
-    wait_consumed,
-    wait_for_cover,
-)
-from helpers import RawClient, unique_topic, wait_until
+from group_members import ConfluentMember, KafkaPythonMember, duplicates
+from helpers import RawClient, wait_until
 from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
 
 PARTITIONS = 6
@@ -36,40 +23,34 @@ def describe(bootstrap: str, group: str):
 
 
 @pytest.mark.parametrize("kind", [ConfluentMember, KafkaPythonMember], ids=["confluent", "kp"])
-def test_static_member_restart_keeps_partitions_without_rebalance(shared_gateway, kind):
-    bootstrap = shared_gateway.bootstrap
-    topic = unique_topic("grp-static")
-    group = f"group-{topic}"
-    partitions = create_topic(bootstrap, topic, PARTITIONS)
-    sink: list[Consumed] = []
-    others = make_members(["confluent", "confluent"], bootstrap, group, [topic], sink, "range")
-    static = kind("static-1", bootstrap, group, [topic], sink, "range", instance_id="instance-1")
-    restarted = kind("static-2", bootstrap, group, [topic], sink, "range", instance_id="instance-1")
-    try:
-        for member in [*others, static]:
-            member.start()
-        wait_for_cover([*others, static], partitions)
-        first = produce(bootstrap, topic, PARTITIONS, "first", PARTITIONS * PER_PARTITION)
-        wait_consumed(sink, first)
-        wait_committed(bootstrap, group, end_offsets(partitions, PER_PARTITION))
-        before = describe(bootstrap, group)
-        assert before.group_state == "Stable"
-        callbacks = [(m.stats.assigned_calls, m.stats.revoked_calls) for m in others]
-        static_partitions = static.assignment
-        old_member_id = next(
-            m.member_id for m in before.members if m.group_instance_id == "instance-1"
-        )
+def test_static_member_restart_keeps_partitions_without_rebalance(shared_gateway, group_run, kind):
+    run = group_run(shared_gateway, "grp-static", PARTITIONS)
+    bootstrap, group, topic, sink = run.bootstrap, run.group, run.topic, run.sink
+    others = run.members(["confluent", "confluent"])
+    static = run.adopt(
+        kind("static-1", bootstrap, group, [topic], sink, "range", instance_id="instance-1")
+    )
+    restarted = run.adopt(
+        kind("static-2", bootstrap, group, [topic], sink, "range", instance_id="instance-1")
+    )
+    run.start([*others, static])
+    run.produce_round("first", PER_PARTITION, per_partition=PER_PARTITION)
+    before = describe(bootstrap, group)
+    assert before.group_state == "Stable"
+    callbacks = [(m.stats.assigned_calls, m.stats.revoked_calls) for m in others]
+    static_partitions = static.assignment
+    old_member_id = next(
+        m.member_id for m in before.members if m.group_instance_id == "instance-1"
+    )
 
-        static.stop()  # a static member does not send LeaveGroup: the group stays as it is
-        restarted.start()
-        wait_until(lambda: restarted.assignment == static_partitions, timeout=10)
-        second = produce(bootstrap, topic, PARTITIONS, "second", PARTITIONS * PER_PARTITION)
-        wait_consumed(sink, second)
-        time.sleep(1.0)  # would-be rebalances have time to show
-        after = describe(bootstrap, group)
-        callbacks_after = [(m.stats.assigned_calls, m.stats.revoked_calls) for m in others]
-    finally:
-        stop_all([*others, static, restarted])
+    static.stop()  # a static member does not send LeaveGroup: the group stays as it is
+    restarted.start()
+    wait_until(lambda: restarted.assignment == static_partitions, timeout=10)
+    second = run.produce_round("second", per_partition=PER_PARTITION)
+    time.sleep(1.0)  # would-be rebalances have time to show
+    after = describe(bootstrap, group)
+    callbacks_after = [(m.stats.assigned_calls, m.stats.revoked_calls) for m in others]
+    run.stop()
 
     assert after.group_state == "Stable"
     assert len(after.members) == 3

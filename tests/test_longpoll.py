@@ -294,7 +294,7 @@ def test_shutdown_while_long_poll_outstanding(gateway, topic):
     client = RawClient(gateway.bootstrap, timeout=30)
     try:
         client.send(fetch_request(topic, 0, 1, max_wait_ms=30_000))
-        time.sleep(0.3)
+        client.wait_request_taken()  # the fetch is parked on the server
         start = time.monotonic()
         assert gateway.stop(timeout=15) == 0
         assert time.monotonic() - start < 10, "shutdown waited for the long poll to expire"
@@ -310,7 +310,7 @@ def test_long_poll_returns_when_topic_is_deleted(shared_gateway, topic):
     with RawClient(shared_gateway.bootstrap, timeout=30) as client:
         start = time.monotonic()
         correlation_id = client.send(fetch_request(topic, 0, 1, max_wait_ms=LONG_WAIT_MS))
-        time.sleep(0.3)
+        client.wait_request_taken()  # parked before the topic goes
         admin.delete_topics([topic], operation_timeout=10)[topic].result(timeout=20)
         resp = client.receive(fetch_request(topic, 0, 1), correlation_id)
         elapsed = time.monotonic() - start

@@ -17,7 +17,6 @@ from typing import Any
 import boto3
 import pytest
 import trio
-from s3server import MotoServer, OutageProxy
 
 from core.segments.objectstore import (
     LocalFolderStore,
@@ -27,6 +26,8 @@ from core.segments.objectstore import (
     S3Store,
     open_object_store,
 )
+from harness.moto import MotoServer
+from harness.proxy import OutageProxy
 
 # The fixtures live in tests/s3fixtures.py; registering the plugin here as well keeps this
 # module runnable on its own (a plugin registered twice under one name is loaded once).

@@ -33,7 +33,8 @@ from conftest import Gateway
 from crash_checks import check_exactly_once, read_from_start
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KafkaTopicPartition
-from s3server import MotoServer
+
+from harness.moto import MotoServer
 
 PARTITIONS = 8
 FOLDER_CYCLES = 14

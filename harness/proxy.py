@@ -1,158 +1,24 @@
-"""Test helpers for tier-2 storage: a real S3 API server (moto in server mode) and a TCP
-proxy that can simulate an outage of it.
+"""A loopback TCP proxy that can simulate an outage of the server behind it.
 
-``MotoServer`` runs ``python -m moto.server`` as a subprocess on a free loopback port; its
-``env()`` gives the AWS variables a client (an in-process boto3 client or a gateway
-subprocess) needs to talk to it. Moto keeps everything in memory: a restart loses all data.
-
-``OutageProxy`` relays TCP connections from its own loopback port to a target. ``down()``
-closes the listening socket (new connections are refused) and resets every open connection;
-``up()`` listens on the same port again. It runs on plain threads, so it works the same from
-trio tests and from ordinary pytest code.
+`OutageProxy` relays TCP connections from its own loopback port to a target. `down()` closes
+the listening socket (new connections are refused) and resets every open connection; `up()`
+listens on the same port again. It runs on plain threads, so it works the same from trio
+tests, ordinary pytest code and benchmarks.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import os
 import select
 import socket
 import struct
-import subprocess
-import sys
 import threading
 import time
-import urllib.error
-import urllib.request
-from pathlib import Path
 
-from helpers import free_port
+from harness.ports import free_port
 
-MOTO_START_TIMEOUT = 60.0
-MOTO_STOP_TIMEOUT = 10.0
 _RECV_BYTES = 64 * 1024
 _POLL = 0.05
-
-AWS_TEST_ENV = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-}
-
-
-class MotoServerError(RuntimeError):
-    pass
-
-
-def _http_answers(url: str) -> bool:
-    """True once anything answers HTTP at ``url`` (any status counts)."""
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(url, timeout=1.0) as resp:
-            resp.read()
-        return True
-    except urllib.error.HTTPError:
-        return True
-    except (OSError, urllib.error.URLError):
-        return False
-
-
-class MotoServer:
-    """``python -m moto.server`` on ``127.0.0.1:<free port>``, logging to ``log_dir``."""
-
-    def __init__(self, log_dir: Path | str, env: dict[str, str] | None = None) -> None:
-        self.log_dir = Path(log_dir)
-        self.log_path = self.log_dir / "moto-server.log"
-        base = dict(os.environ if env is None else env)
-        base.update(AWS_TEST_ENV)
-        base["PYTHONUNBUFFERED"] = "1"
-        self._proc_env = base
-        self.port = 0
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.startup_seconds: float | None = None
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @staticmethod
-    def env() -> dict[str, str]:
-        """The AWS variables a client of this server needs (credentials and region)."""
-        return dict(AWS_TEST_ENV)
-
-    def command(self) -> list[str]:
-        return [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)]
-
-    def log_tail(self, chars: int = 4000) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return ""
-        return text if len(text) <= chars else "...\n" + text[-chars:]
-
-    def start(self, timeout: float = MOTO_START_TIMEOUT) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            raise MotoServerError("moto server already running")
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        last_error = ""
-        for _attempt in range(3):  # the free port may be taken before moto binds it
-            self.port = free_port()
-            began = time.monotonic()
-            with self.log_path.open("ab") as log:
-                log.write(f"\n===== starting: {' '.join(self.command())}\n".encode())
-                log.flush()
-                self.proc = subprocess.Popen(
-                    self.command(),
-                    env=self._proc_env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=log,
-                )
-            deadline = began + timeout
-            while time.monotonic() < deadline:
-                code = self.proc.poll()
-                if code is not None:
-                    last_error = f"moto server exited with code {code}; log:\n{self.log_tail()}"
-                    break
-                if _http_answers(self.endpoint + "/moto-api/"):
-                    self.startup_seconds = time.monotonic() - began
-                    # Should the caller die without stop(), don't leave the server running.
-                    atexit.register(self.stop)
-                    return
-                time.sleep(0.1)
-            else:
-                self._kill()
-                raise MotoServerError(
-                    f"moto server not answering on {self.endpoint} within {timeout}s; "
-                    f"log:\n{self.log_tail()}"
-                )
-            if "Address already in use" not in self.log_tail():
-                break
-        raise MotoServerError(last_error)
-
-    def _kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=MOTO_STOP_TIMEOUT)
-
-    def stop(self, timeout: float = MOTO_STOP_TIMEOUT) -> None:
-        """Terminate (SIGTERM), then kill if it has not exited within ``timeout``."""
-        atexit.unregister(self.stop)
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self._kill()
-
-    def __enter__(self) -> MotoServer:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def _abort(sock: socket.socket) -> None:
