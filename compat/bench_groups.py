@@ -17,13 +17,9 @@ Results are printed as a table and written as JSON (compat/results/groups.json).
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import random
 import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -40,8 +36,12 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))
+
+from compat.benchlib.report import code_state, environment, log_problems, write_report  # noqa: E402
+from harness.gateway import Gateway  # noqa: E402
+
 DEFAULT_OUTPUT = REPO_ROOT / "compat" / "results" / "groups.json"
-START_TIMEOUT = 30.0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -67,49 +67,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 @contextmanager
-def managed_gateway(initial_delay_ms: int) -> Iterator[str]:
-    """Run `streamgate serve` on a free port with a temporary data dir; yields bootstrap."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+def managed_gateway(initial_delay_ms: int) -> Iterator[Gateway]:
+    """`streamgate serve` on a free port with a temporary data dir (harness.gateway)."""
     workdir = Path(tempfile.mkdtemp(prefix="streamgate-bench-groups-"))
-    log = (workdir / "server.log").open("wb")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gateway",
-            "serve",
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--data-dir",
-            str(workdir / "data"),
-            "--group-initial-rebalance-delay-ms",
-            str(initial_delay_ms),
-            "--log-level",
-            "WARNING",
-        ],
-        cwd=REPO_ROOT,
-        stdout=log,
-        stderr=log,
-    )
+    gateway = Gateway(workdir / "data", workdir / "server.log",
+                      ["--group-initial-rebalance-delay-ms", str(initial_delay_ms),
+                       "--log-level", "WARNING"], default_partitions=None)
     try:
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"gateway exited: {(workdir / 'server.log').read_text()}")
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError("gateway did not start") from None
-                time.sleep(0.05)
-        yield f"127.0.0.1:{port}"
+        gateway.start_fresh()
+        yield gateway
     finally:
-        proc.terminate()
-        proc.wait(20)
-        log.close()
+        gateway.close()
         shutil.rmtree(workdir, ignore_errors=True)
 
 
@@ -266,13 +234,16 @@ def main(argv: list[str] | None = None) -> int:
         target = {"kind": "external", "bootstrap": args.bootstrap}
         results = run(args, args.bootstrap)
     else:
-        with managed_gateway(args.initial_delay_ms) as bootstrap:
+        with managed_gateway(args.initial_delay_ms) as gateway:
             target = {
                 "kind": "managed streamgate",
-                "bootstrap": bootstrap,
+                "bootstrap": gateway.bootstrap,
                 "group_initial_rebalance_delay_ms": args.initial_delay_ms,
+                "code": code_state(),
             }
-            results = run(args, bootstrap)
+            results = run(args, gateway.bootstrap)
+            target["gateway_exit_code"] = gateway.stop()
+            target["gateway_log_problems"] = log_problems(gateway.log_text())
     report = {
         "benchmark": "compat/bench_groups.py",
         "started_at": started.isoformat(timespec="seconds"),
@@ -285,14 +256,12 @@ def main(argv: list[str] | None = None) -> int:
             "heartbeat.interval.ms": args.heartbeat_ms,
             "session.timeout.ms": args.session_timeout_ms,
         },
-        "machine": {"platform": platform.platform(), "python": platform.python_version()},
+        "environment": environment(),
         "results": results,
     }
     print_table(results)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"\nwritten to {args.output}")
-    return 0
+    print(f"\nwritten to {write_report(args.output, report)}")
+    return 0 if target.get("gateway_exit_code") in (None, 0) else 1
 
 
 if __name__ == "__main__":

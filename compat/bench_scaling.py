@@ -15,11 +15,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,89 +25,51 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
+from compat.benchlib.records import ErrorLog  # noqa: E402
+from compat.benchlib.report import write_report  # noqa: E402
 from core.store import StoreSettings, StreamStore  # noqa: E402
+from harness.gateway import Gateway  # noqa: E402
+from harness.procstats import proc_status_kib  # noqa: E402
 
 OUTPUT = REPO_ROOT / "compat" / "results" / "scaling.json"
+FLUSH_TIMEOUT = 300.0
+# loopback only: an HTTP(S)_PROXY of the environment must not see these requests
+_HTTP = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+class Server(Gateway):
+    """A gateway with the admin endpoint on, logging warnings only."""
 
+    def __init__(self, work_dir: str) -> None:
+        super().__init__(Path(work_dir) / "data", Path(work_dir) / "server.log",
+                         ["--log-level", "WARNING"], default_partitions=None, metrics=True)
 
-class Server:
-    """A gateway subprocess with the admin endpoint on."""
-
-    def __init__(self, data_dir: str) -> None:
-        self.data_dir = data_dir
-        self.port = _free_port()
-        self.admin_port = _free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.log = os.path.join(data_dir, "..", "server.log")
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def start(self) -> float:
+    def timed_start(self) -> float:
         """Start and return the seconds until it listens."""
         started = time.perf_counter()
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "gateway",
-                    "serve",
-                    "--listen",
-                    self.bootstrap,
-                    "--data-dir",
-                    self.data_dir,
-                    "--metrics-listen",
-                    f"127.0.0.1:{self.admin_port}",
-                    "--log-level",
-                    "WARNING",
-                ],
-                cwd=REPO_ROOT,
-                stdout=log,
-                stderr=log,
-            )
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return time.perf_counter() - started
-            except OSError:
-                if self.proc.poll() is not None:
-                    raise RuntimeError("gateway exited") from None
-                time.sleep(0.01)
+        self.start()
+        return time.perf_counter() - started
 
     def rss_mib(self) -> float:
         assert self.proc is not None
-        with open(f"/proc/{self.proc.pid}/status") as f:
-            match = re.search(r"VmRSS:\s+(\d+) kB", f.read())
-        assert match
-        return int(match.group(1)) / 1024
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(30)
+        kib = proc_status_kib(self.proc.pid, "VmRSS")
+        assert kib is not None, "gateway not running"
+        return kib / 1024
 
     def http(self, path: str, payload: Any = None) -> Any:
         data = None if payload is None else json.dumps(payload).encode()
         request = urllib.request.Request(
-            f"http://127.0.0.1:{self.admin_port}{path}",
+            f"{self.admin_url}{path}",
             data=data,
             method="GET" if data is None else "POST",
         )
-        with urllib.request.urlopen(request, timeout=30) as response:
+        with _HTTP.open(request, timeout=30) as response:
             return json.loads(response.read())
 
 
@@ -125,10 +84,19 @@ def _create(bootstrap: str, topics: dict[str, int]) -> None:
 
 def produce_throughput(workdir: str, partitions: int, records: int, size: int) -> dict[str, Any]:
     server = Server(os.path.join(workdir, f"tp-{partitions}"))
-    os.makedirs(server.data_dir)
     server.start()
     try:
         _create(server.bootstrap, {"bench": partitions})
+        errors = ErrorLog()
+        delivered = 0
+
+        def on_delivery(err: KafkaError | None, msg: Message) -> None:
+            nonlocal delivered
+            if err is None:
+                delivered += 1
+            else:
+                errors.add(err.name(), f"partition {msg.partition()}: {err.str()}")
+
         producer = Producer(
             {
                 "bootstrap.servers": server.bootstrap,
@@ -136,21 +104,22 @@ def produce_throughput(workdir: str, partitions: int, records: int, size: int) -
                 "linger.ms": 5,
                 "batch.size": 262144,
                 "queue.buffering.max.messages": 1_000_000,
+                "error_cb": errors.on_client_error,
             }
         )
         payload = os.urandom(size)
-        errors = []
         started = time.perf_counter()
         for i in range(records):
             while True:
                 try:
-                    producer.produce("bench", payload, partition=i % partitions)
+                    producer.produce("bench", payload, partition=i % partitions,
+                                     on_delivery=on_delivery)
                     break
                 except BufferError:
                     producer.poll(0.01)
             if i % 1000 == 0:
                 producer.poll(0)
-        producer.flush(300)
+        unflushed = producer.flush(FLUSH_TIMEOUT)
         elapsed = time.perf_counter() - started
         producer.poll(0)
         return {
@@ -158,18 +127,22 @@ def produce_throughput(workdir: str, partitions: int, records: int, size: int) -
             "records": records,
             "record_bytes": size,
             "seconds": round(elapsed, 3),
-            "records_per_s": round(records / elapsed),
-            "mib_per_s": round(records * size / elapsed / 2**20, 1),
-            "errors": len(errors),
+            # delivered ones only: a failed or unflushed record is not throughput
+            "records_per_s": round(delivered / elapsed),
+            "mib_per_s": round(delivered * size / elapsed / 2**20, 1),
+            "delivered": delivered,
+            "errors": errors.total(),
+            "error_samples": errors.samples,
+            "unflushed": unflushed,
+            "ok": delivered == records and errors.total() == 0 and unflushed == 0,
             "rss_mib_after": round(server.rss_mib(), 1),
         }
     finally:
-        server.stop()
+        server.close()
 
 
 def idle_partitions(workdir: str, name: str, topics: dict[str, int]) -> dict[str, Any]:
     server = Server(os.path.join(workdir, f"idle-{name}"))
-    os.makedirs(server.data_dir)
     server.start()
     try:
         baseline = server.rss_mib()
@@ -183,8 +156,8 @@ def idle_partitions(workdir: str, name: str, topics: dict[str, int]) -> dict[str
             admin.list_topics(timeout=30)
             metadata_ms.append((time.perf_counter() - started) * 1000)
         rss = server.rss_mib()
-        server.stop()
-        restart_s = server.start()
+        server.stop(timeout=60)
+        restart_s = server.timed_start()
         rss_restarted = server.rss_mib()
         return {
             "layout": name,
@@ -197,7 +170,7 @@ def idle_partitions(workdir: str, name: str, topics: dict[str, int]) -> dict[str
             "metadata_all_topics_ms_median": round(statistics.median(metadata_ms), 2),
         }
     finally:
-        server.stop()
+        server.close()
 
 
 def scale_timing(workdir: str, rounds: int) -> dict[str, Any]:
@@ -224,7 +197,6 @@ def scale_timing(workdir: str, rounds: int) -> dict[str, Any]:
 
     splits, merges = trio.run(in_process)
     server = Server(os.path.join(workdir, "scale-http"))
-    os.makedirs(server.data_dir)
     server.start()
     http_split, http_merge = [], []
     try:
@@ -239,7 +211,7 @@ def scale_timing(workdir: str, rounds: int) -> dict[str, Any]:
             server.http("/streams/s/scale", {"merge": ids})
             http_merge.append(time.perf_counter() - started)
     finally:
-        server.stop()
+        server.close()
 
     def ms(values: list[float]) -> float:
         return round(statistics.median(values) * 1000, 3)
@@ -289,12 +261,18 @@ def main() -> int:
             f"{row['restart_to_listening_s']:>10} {row['metadata_all_topics_ms_median']:>8}"
         )
     print(f"\nscale events: {json.dumps(scaling)}")
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(
-        json.dumps({"throughput": throughput, "idle": idle, "scale": scaling}, indent=2) + "\n"
-    )
-    print(f"wrote {args.output}")
-    return 0
+    ok = all(row["ok"] for row in throughput)
+    for row in throughput:
+        if not row["ok"]:
+            print(f"  ! {row['partitions']} partitions: {row['delivered']} of {row['records']} "
+                  f"delivered, {row['errors']} errors, {row['unflushed']} unflushed "
+                  f"{row['error_samples'][:3]}")
+    settings = {k: v for k, v in vars(args).items() if k != "output"}
+    write_report(args.output, {"benchmark": "compat/bench_scaling.py", "ok": ok,
+                               "settings": settings, "throughput": throughput, "idle": idle,
+                               "scale": scaling})
+    print(f"wrote {args.output}; result: {'OK' if ok else 'FAILED'}")
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

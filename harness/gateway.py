@@ -79,9 +79,19 @@ class Gateway(ManagedProcess):
         env.update(self.extra_env)
         return env
 
+    def quiet(self) -> bool:
+        """True when a --log-level above INFO hides the "listening on" line."""
+        args = list(self.extra_args)
+        levels = [value.partition("=")[2] for value in args if value.startswith("--log-level=")]
+        levels += [args[i + 1] for i, value in enumerate(args[:-1]) if value == "--log-level"]
+        return bool(levels) and levels[-1].upper() in ("WARNING", "ERROR", "CRITICAL")
+
     def ready(self) -> bool:
-        # the port accepting is not enough: a stray process could hold it
-        return port_accepts(self.port) and b"listening on" in self.log_since_start()
+        # the port accepting is not enough: a stray process could hold it; a quiet gateway
+        # says nothing, so then the port (and the process being alive) must do
+        if not port_accepts(self.port):
+            return False
+        return self.quiet() or b"listening on" in self.log_since_start()
 
     def start(self, timeout: float = START_TIMEOUT, ready=None) -> None:  # type: ignore[override]
         self.data_dir.mkdir(parents=True, exist_ok=True)
