@@ -15,20 +15,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import logging
 import os
 import random
-import re
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 import uuid
 from array import array
 from dataclasses import dataclass, field
@@ -42,12 +36,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO_ROOT / "tests"))
+sys.path.insert(0, str(REPO_ROOT))
 
-from s3server import MotoServer  # noqa: E402
+from compat.benchlib.report import write_report  # noqa: E402
+from compat.benchlib.tier import http_json  # noqa: E402
+from harness.gateway import Gateway as HarnessGateway  # noqa: E402
+from harness.moto import MotoServer  # noqa: E402
 
 START_TIMEOUT = 60.0
-STOP_TIMEOUT = 20.0
 MAX_QUEUED = 50_000  # unacknowledged records in the producer before it holds back
 ID_DIGITS = 10  # a record's value starts with its zero-padded number
 BAD_LOG_PATTERNS = {"tracebacks": "Traceback", "upload failures": "upload failed"}
@@ -62,102 +58,21 @@ _quiet.propagate = False
 # --------------------------------------------------------------------------- processes
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _port_accepts(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
-class Gateway:
-    """A gateway subprocess on a fixed port and data dir that can be killed and restarted."""
+class Gateway(HarnessGateway):
+    """A gateway on a fixed port and data dir (admin API on) that is killed and restarted."""
 
     def __init__(self, data_dir: Path, log_path: Path, args: list[str], env: dict[str, str]):
-        self.data_dir = data_dir
-        self.log_path = log_path
-        self.args = args
-        self.env = {k: v for k, v in env.items() if not k.startswith("STREAMGATE_")}
-        self.env["PYTHONUNBUFFERED"] = "1"
-        self.port = _free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.admin_url = ""
+        super().__init__(data_dir, log_path, args, default_partitions=None, metrics=True,
+                         env=env)
 
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def _log_from(self, start: int) -> str:
-        with self.log_path.open("rb") as f:
-            f.seek(start)
-            return f.read().decode(errors="replace")
-
-    def log_text(self) -> str:
-        return self._log_from(0) if self.log_path.exists() else ""
-
-    def start(self) -> float:
+    def timed_start(self) -> float:
         """Start and wait until it listens; returns the seconds that took."""
         began = time.monotonic()
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        command = [
-            sys.executable,
-            "-m",
-            "gateway",
-            "serve",
-            "--listen",
-            self.bootstrap,
-            "--data-dir",
-            str(self.data_dir),
-            "--metrics-listen",
-            "127.0.0.1:0",
-            *self.args,
-        ]
-        with self.log_path.open("ab") as log:
-            start = log.tell()
-            log.write(f"\n===== starting: {' '.join(command)}\n".encode())
-            log.flush()
-            self.proc = subprocess.Popen(
-                command,
-                cwd=REPO_ROOT,
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-            )
-        while time.monotonic() < began + START_TIMEOUT:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"gateway exited with code {self.proc.returncode} on start")
-            text = self._log_from(start)
-            ports = re.findall(r"admin/metrics HTTP on 127\.0\.0\.1:(\d+)", text)
-            if ports and "listening on" in text and _port_accepts(self.port):
-                self.admin_url = f"http://127.0.0.1:{ports[-1]}"
-                return time.monotonic() - began
-            time.sleep(0.05)
-        self.kill()
-        raise RuntimeError(f"gateway not listening within {START_TIMEOUT:.0f} s")
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(STOP_TIMEOUT)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        self.start(timeout=START_TIMEOUT)
+        return time.monotonic() - began
 
     def tier(self) -> dict[str, Any]:
-        with urllib.request.urlopen(self.admin_url + "/tier", timeout=10) as response:
-            return json.loads(response.read())
+        return http_json(self.admin_url + "/tier", timeout=10)
 
 
 # --------------------------------------------------------------------------- records
@@ -410,7 +325,7 @@ def _bytes(n: int) -> str:
 
 
 def soak(args: argparse.Namespace, workdir: Path) -> int:
-    env = dict(os.environ)
+    env: dict[str, str] = {}
     moto: MotoServer | None = None
     bucket = ""
     gateway_args = [
@@ -434,7 +349,7 @@ def soak(args: argparse.Namespace, workdir: Path) -> int:
             bucket = f"soak-{uuid.uuid4().hex[:12]}"
             gateway_args += ["--tier2", f"s3://{bucket}/soak", "--s3-endpoint", moto.endpoint]
         gateway = Gateway(data_dir, workdir / "gateway.log", gateway_args, env)
-        gateway.start()
+        gateway.timed_start()
         return run_cycles(args, gateway, moto, bucket)
     except Exception as exc:
         console.print(f"[red]soak failed: {exc!r}")
@@ -444,7 +359,7 @@ def soak(args: argparse.Namespace, workdir: Path) -> int:
         return 2
     finally:
         if gateway is not None:
-            gateway.stop()
+            gateway.close()
         if moto is not None:
             moto.stop()
 
@@ -488,7 +403,7 @@ def run_cycles(
                 tier = {}
             gateway.kill()
             producer.poll(rng.uniform(0.0, 0.3))
-            restart = gateway.start()
+            restart = gateway.timed_start()
             chunks = tier.get("chunks_uploaded", 0)
             chunks_total += chunks
             pending = tier.get("tier1_pending_bytes")
@@ -569,6 +484,13 @@ def run_cycles(
     for sample in verdict.samples + ledger.failures[:5] + ledger.fatal[:5] + unbacked[:5]:
         console.print(f"  {sample}", highlight=False)
     ok = verdict.verified == ledger.acked and not any(failed.values())
+    if args.output is not None:
+        summary = {"benchmark": "compat/soak_tier2.py", "ok": ok, "settings": vars(args) | {
+            "output": str(args.output)}, "records_sent": ledger.sent,
+            "records_acked": ledger.acked, "records_verified": verdict.verified,
+            "failed": failed, "torn_tails": torn, "chunks_uploaded_seen": chunks_total,
+            "tier2_objects": len(objects), "wall_seconds": round(time.monotonic() - began, 1)}
+        console.print(f"summary written to {write_report(args.output, summary)}")
     console.print("[green]PASSED" if ok else "[red]FAILED")
     return 0 if ok else 1
 
@@ -599,6 +521,7 @@ def main(argv: list[str] | None = None) -> int:
         help="give up the catch-up wait or the final read after this long without progress",
     )
     add("--keep-data", action="store_true", help="keep the temp dir (data, gateway.log)")
+    add("--output", type=Path, help="also write the summary (with provenance) to this JSON file")
     args = parser.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="soak-tier2-"))
     try:
