@@ -94,9 +94,15 @@ class DeliveryTracker(ErrorLog):
             self.failed += 1
             self.add(err.name(), f"partition {msg.partition()}: {err.str()}")
             return
+        key, partition, offset = msg.key(), msg.partition(), msg.offset()
+        if key is None or partition is None or offset is None:
+            self.failed += 1
+            self.add("incomplete_report", f"delivery report without key/partition/offset: "
+                                          f"{key!r} {partition} {offset}")
+            return
         self.delivered += 1
-        self.latencies.append(now - self.sent_at[int(msg.key())])
-        self.offsets[msg.partition()].append(msg.offset())
+        self.latencies.append(now - self.sent_at[int(key)])
+        self.offsets[partition].append(offset)
 
 
 class PhaseStalled(RuntimeError):
@@ -148,6 +154,9 @@ class ConsumeVerifier(ErrorLog):
             return
         self.consumed += 1
         partition, offset = msg.partition(), msg.offset()
+        if partition is None or offset is None:
+            self.add("no_position", f"record without partition/offset: {partition} {offset}")
+            return
         if offset != self.next_offset[partition]:
             self.add("offset_gap", f"partition {partition}: expected offset "
                                    f"{self.next_offset[partition]}, got {offset}")

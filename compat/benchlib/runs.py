@@ -15,7 +15,7 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from compat.benchlib.display import Display
 from compat.benchlib.records import (
@@ -232,11 +232,15 @@ class TailConsumer:
             if msg is None:
                 continue
             now = time.perf_counter()
-            if msg.error() is not None:
-                err: KafkaError = msg.error()
+            err = msg.error()
+            if err is not None:
                 self.errors.add(err.name(), err.str())
                 continue
-            index = int(msg.key())
+            key = msg.key()
+            if key is None:
+                self.errors.add("no_key", "a record without a key")
+                continue
+            index = int(key)
             self.latencies.append((sent_at[index], now - sent_at[index]))
             self.consumed += 1
 
