@@ -26,7 +26,6 @@ import argparse
 import contextlib
 import importlib.util
 import json
-import math
 import shutil
 import statistics
 import sys
@@ -59,6 +58,7 @@ from compat.benchlib.report import (  # noqa: E402
     write_report,
 )
 from compat.benchlib.runs import ProduceRun, TailConsumer, producer_config, read_all  # noqa: E402
+from compat.benchlib.summary import Metric, cell, grouped, metric_cell  # noqa: E402
 from compat.benchlib.tier import (  # noqa: E402
     S3Backend,
     TierGateway,
@@ -524,37 +524,6 @@ def _by_second(run: ProduceRun, tail: TailConsumer) -> list[Report]:
 # --------------------------------------------------------------------------- summary
 
 
-def _median_range(values: list[float | None]) -> tuple[float, float, float] | None:
-    nums = [float(v) for v in values if v is not None and not
-            (isinstance(v, float) and math.isnan(v))]
-    if not nums:
-        return None
-    return statistics.median(nums), min(nums), max(nums)
-
-
-def _get(result: Report, path: str) -> Any:
-    value: Any = result
-    for part in path.split("."):
-        if not isinstance(value, dict):
-            return None
-        value = value.get(part)
-    return value
-
-
-def _cell(results: list[Report], path: str, fmt: str) -> str:
-    agg = _median_range([_get(r, path) for r in results])
-    if agg is None:
-        return "-"
-    med, lo, hi = agg
-    if len(results) == 1 or lo == hi:
-        return format(med, fmt)
-    return f"{format(med, fmt)} [{format(lo, fmt)}–{format(hi, fmt)}]"
-
-
-# Row label, paths of figures in a result (shown joined by " / "), format; a path may
-# carry its own format as "path:format".
-Metric = tuple[str, list[str], str]
-
 LAG_METRICS: list[Metric] = [
     ("produced MiB/s", ["produce.mib_per_s"], ",.1f"),
     ("delivery latency p50 / p99 ms", ["produce.delivery_latency_ms.p50",
@@ -604,20 +573,6 @@ TAIL_METRICS: list[Metric] = [
 ]
 
 
-def _metric_cell(results: list[Report], path: str, fmt: str) -> str:
-    path, _, own_fmt = path.partition(":")
-    return _cell(results, path, own_fmt or fmt)
-
-
-def grouped(results: list[Report], scenario: str, key: str) -> dict[str, list[Report]]:
-    """Results of a scenario by configuration ("folder default", "s3 tier2", ...)."""
-    groups: dict[str, list[Report]] = {}
-    for r in results:
-        if r["scenario"] == scenario:
-            groups.setdefault(f"{r['backend']} {r[key]}", []).append(r)
-    return groups
-
-
 def print_tables(results: list[Report], opts: Options) -> list[Report]:
     """Prints a table per scenario (a column per configuration); returns them for the JSON."""
     out = []
@@ -643,7 +598,7 @@ def print_tables(results: list[Report], opts: Options) -> list[Report]:
         if opts.repeat > 1:
             title += f". Median [range] of {opts.repeat} runs"
         headers = ["", *groups]
-        rows = [[label] + [" / ".join(_metric_cell(rs, path, fmt) for path in paths)
+        rows = [[label] + [" / ".join(metric_cell(rs, path, fmt) for path in paths)
                            for rs in groups.values()]
                 for label, paths, fmt in metrics]
         print_table(title, headers, rows)
@@ -679,7 +634,7 @@ def make_plot(results: list[Report], opts: Options, path: Path) -> Path | None:
             pending = [row[p_col] / MIB for row in r["samples"]]
             name = "folder" if r["backend"] == "folder" else "S3 (moto)"
             same = [x for x in lag if x["chunks"] == variant and x["backend"] == r["backend"]]
-            p50, p99 = (_cell(same, "lag_p50_s", ".2f"), _cell(same, "lag_p99_s", ".2f"))
+            p50, p99 = (cell(same, "lag_p50_s", ".2f"), cell(same, "lag_p99_s", ".2f"))
             lbl = None if r["backend"] in seen else f"{name}: upload lag p50 {p50} s, p99 {p99} s"
             seen.add(r["backend"])
             ax.plot(t, pending, color=colours.get(r["backend"]), linewidth=1.2, label=lbl,
