@@ -28,7 +28,8 @@ class SegmentRecord:
 
 @dataclass(slots=True)
 class ChunkSlice:
-    """One partition's bytes inside a chunk object: its batches, in offset order."""
+    """One partition's bytes inside a chunk object: its batches, in offset order. The
+    partition's tier-2 index holds these too (with `chunk_id` set once committed)."""
 
     partition: int
     first_offset: int
@@ -36,6 +37,17 @@ class ChunkSlice:
     byte_start: int
     byte_length: int
     max_timestamp: int
+    chunk_id: int = 0  # assigned with its chunk by the metadata store
+
+    def row(self) -> tuple[int, int, int, int, int, int]:
+        return (
+            self.partition,
+            self.first_offset,
+            self.last_offset,
+            self.byte_start,
+            self.byte_length,
+            self.max_timestamp,
+        )
 
 
 @dataclass(slots=True)
@@ -334,7 +346,7 @@ class SQLiteMetadataStore:
             "ON c.chunk_id = s.chunk_id WHERE c.topic = ? ORDER BY s.chunk_id, s.partition",
             (name,),
         ):
-            chunks[row[0]].slices.append(ChunkSlice(*row[1:]))
+            chunks[row[0]].slices.append(ChunkSlice(*row[1:], chunk_id=row[0]))
         return list(chunks.values())
 
     def commit_chunk(
@@ -367,7 +379,7 @@ class SQLiteMetadataStore:
             ).fetchone()[0]
             db.executemany(
                 "INSERT INTO chunk_slices VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [(chunk_id, *astuple(s)) for s in chunk.slices],
+                [(chunk_id, *s.row()) for s in chunk.slices],
             )
             db.executemany(
                 "INSERT INTO producer_states VALUES (?, ?, ?, ?, ?) "
@@ -379,6 +391,8 @@ class SQLiteMetadataStore:
                 ],
             )
         chunk.chunk_id = int(chunk_id)
+        for s in chunk.slices:
+            s.chunk_id = chunk.chunk_id
         return chunk.chunk_id
 
     def delete_chunks(self, name: str, chunk_ids: list[int], log_starts: dict[int, int]) -> None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import trio
 
 from .errors import ErrorCode
+from .metadata import ChunkSlice
 
 INT32_MAX = 2**31 - 1
 # Like Kafka: the last five batches per producer are remembered to answer retried duplicates.
@@ -36,18 +37,6 @@ class ProducerState:
     @property
     def last_sequence(self) -> int:
         return self.batches[-1].last_sequence if self.batches else -1
-
-
-@dataclass(slots=True)
-class SliceLocation:
-    """A partition's bytes in one tier-2 chunk."""
-
-    chunk_id: int
-    first_offset: int
-    last_offset: int
-    byte_start: int
-    byte_length: int
-    max_timestamp: int
 
 
 @dataclass(slots=True)
@@ -88,7 +77,7 @@ class Partition:
         self._max_ts_prefix = array("q")
         self._batch_max_ts = array("q")
         # Tier-2 index, one entry per chunk slice, sorted by offset (None until the first).
-        self._slices: list[SliceLocation] | None = None
+        self._slices: list[ChunkSlice] | None = None
         self._slice_last_offsets: array | None = None
         self._producers: dict[int, ProducerState] | None = None
         # Appended since this process started (the scaler balances splits with them).
@@ -174,7 +163,7 @@ class Partition:
 
     # --- tier-2 index ------------------------------------------------------------------
 
-    def add_slice(self, location: SliceLocation) -> None:
+    def add_slice(self, location: ChunkSlice) -> None:
         if self._slices is None:
             self._slices, self._slice_last_offsets = [], array("q")
         assert self._slice_last_offsets is not None
@@ -183,17 +172,17 @@ class Partition:
         self._slice_last_offsets.insert(i, location.last_offset)
         self.next_offset = max(self.next_offset, location.last_offset + 1)
 
-    def slices(self) -> list[SliceLocation]:
+    def slices(self) -> list[ChunkSlice]:
         return list(self._slices or ())
 
-    def slice_for(self, offset: int) -> SliceLocation | None:
+    def slice_for(self, offset: int) -> ChunkSlice | None:
         """The tier-2 slice holding `offset`, or the first one after it."""
         if not self._slices or self._slice_last_offsets is None:
             return None
         i = bisect.bisect_left(self._slice_last_offsets, offset)
         return self._slices[i] if i < len(self._slices) else None
 
-    def slice_for_timestamp(self, timestamp: int) -> SliceLocation | None:
+    def slice_for_timestamp(self, timestamp: int) -> ChunkSlice | None:
         """The first tier-2 slice holding a record with timestamp >= `timestamp`."""
         for location in self._slices or ():
             if (

@@ -19,17 +19,23 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from gateway.protocol.records import (
+from .errors import ErrorCode
+from .metadata import (
+    ChunkRecord,
+    ChunkSlice,
+    MetadataStore,
+    ProducerSnapshot,
+    SegmentRecord,
+    TopicRecord,
+)
+from .partition import BatchLocation, Partition
+from .recordbatch import (
     RecordBatchError,
     decode_records,
     patch_base_offset,
     read_batch_header,
     split_batches,
 )
-
-from .errors import ErrorCode
-from .metadata import ChunkRecord, MetadataStore, ProducerSnapshot, SegmentRecord, TopicRecord
-from .partition import BatchLocation, Partition, SliceLocation
 from .scaling.crash import crash_point
 from .scaling.plan import ScaleError, check_scale
 from .segments.chunks import iter_batches
@@ -589,7 +595,7 @@ class Stream:
         best = max(candidates, key=lambda r: (r.timestamp, -r.offset))
         return best.offset, best.timestamp
 
-    def _tier2_only_slices(self, partition: Partition) -> list[SliceLocation]:
+    def _tier2_only_slices(self, partition: Partition) -> list[ChunkSlice]:
         """Slices holding offsets at or after the log start that tier 1 no longer has."""
         start, local = partition.log_start_offset, partition.local_start_offset
         return [s for s in partition.slices() if s.last_offset >= start and s.first_offset < local]
@@ -601,7 +607,7 @@ class Stream:
             return []
         return [r for r in decode_records(batch) if r.offset >= partition.log_start_offset]
 
-    async def _slice_records(self, partition: Partition, location: SliceLocation) -> list:
+    async def _slice_records(self, partition: Partition, location: ChunkSlice) -> list:
         assert self.tier is not None
         data = await self.tier.read_slice(self, location)
         start = partition.log_start_offset
@@ -618,16 +624,8 @@ class Stream:
         """Index a confirmed chunk's slices in their partitions."""
         self.chunks[chunk.chunk_id] = chunk
         for s in chunk.slices:
-            self.partition(s.partition).add_slice(
-                SliceLocation(
-                    chunk.chunk_id,
-                    s.first_offset,
-                    s.last_offset,
-                    s.byte_start,
-                    s.byte_length,
-                    s.max_timestamp,
-                )
-            )
+            s.chunk_id = chunk.chunk_id
+            self.partition(s.partition).add_slice(s)
 
     def producer_snapshots(self, partitions: set[int]) -> list[ProducerSnapshot]:
         """The durable producer states of `partitions`, saved with a chunk."""

@@ -27,8 +27,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from .metadata import ChunkRecord, MetadataStore
-from .partition import SliceLocation
+from .metadata import ChunkRecord, ChunkSlice, MetadataStore
 from .segments.chunks import build_chunk, chunk_key
 from .segments.log import LogFile, SegmentLog, Tier1Usage
 from .segments.objectstore import ObjectNotFound, ObjectStore, ObjectStoreUnavailable
@@ -268,7 +267,7 @@ class TierManager:
 
     # --- read --------------------------------------------------------------------------
 
-    async def read_slice(self, stream: Stream, location: SliceLocation) -> bytes:
+    async def read_slice(self, stream: Stream, location: ChunkSlice) -> bytes:
         """A partition's bytes in a chunk: the cache, or one ranged GET shared by all
         concurrent readers. ObjectStoreUnavailable while tier 2 is down."""
         chunk = stream.chunks.get(location.chunk_id)
@@ -309,7 +308,7 @@ class TierManager:
             del self._loading[key]
             loading.done.set()
 
-    def prefetch(self, stream: Stream, location: SliceLocation) -> None:
+    def prefetch(self, stream: Stream, location: ChunkSlice) -> None:
         """Start reading a slice in the background (catch-up read-ahead); errors are left
         for the reader that needs it to meet."""
         chunk = stream.chunks.get(location.chunk_id)
@@ -321,7 +320,7 @@ class TierManager:
         self._prefetching += 1
         self._spawn(self._prefetch, stream, location)
 
-    async def _prefetch(self, stream: Stream, location: SliceLocation) -> None:
+    async def _prefetch(self, stream: Stream, location: ChunkSlice) -> None:
         try:
             await self.read_slice(stream, location)
         except (ObjectStoreUnavailable, ObjectNotFound, OSError):
