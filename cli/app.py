@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 
 import trio
 
+from admin.http import AdminServer
 from core.groups import GroupCoordinator, GroupSettings
 from core.store import StoreSettings, StreamStore
 from core.tiering import TierSettings
-from gateway.admin_http import AdminServer
 from gateway.handlers.context import GatewayContext
 from gateway.server import Gateway, ServerSettings
 
