@@ -21,8 +21,12 @@ kcat-installed:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq kcat; }
 
+# ruff (lint and format) over the whole tree; mypy over the packages, as configured in
+# pyproject.toml ([tool.mypy] files).
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 test: $(STAMP) kcat-installed lint
 	$(BIN)/python -m pytest -q

@@ -57,6 +57,7 @@ async def serve(settings: Settings) -> None:
         groups = GroupCoordinator(
             store.metadata,
             GroupSettings(initial_rebalance_delay=settings.group_initial_rebalance_delay_ms / 1000),
+            offload=store.worker.call,
         )
         store.on_topic_deleted.append(groups.on_topic_deleted)
         await root.start(groups.run)

@@ -97,8 +97,8 @@ def describe_group(client: KafkaClient, group_id: str, out: TextIO) -> int:
     owners: dict[tuple[str, int], _Owner] = {}
     for member in group.members:
         owner = _Owner(member.member_id, member.client_host, member.client_id)
-        for topic, partitions in assigned_partitions(member.member_assignment).items():
-            for partition in partitions:
+        for topic, assigned in assigned_partitions(member.member_assignment).items():
+            for partition in assigned:
                 owners[(topic, partition)] = owner
     partitions = sorted(set(committed) | set(owners))
     log_end = _log_end_offsets(client, partitions)

@@ -40,7 +40,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     serve_cmd.add_argument(
         "--listen",
         type=_host_port,
-        default=_host_port(_env("LISTEN", "127.0.0.1:9092")),
+        default=_host_port(_env("LISTEN") or "127.0.0.1:9092"),
         help="address to listen on (STREAMGATE_LISTEN, default 127.0.0.1:9092)",
     )
     serve_cmd.add_argument(

@@ -16,6 +16,7 @@ import trio
 
 from .errors import ErrorCode
 from .metadata import ChunkSlice
+from .recordbatch import BatchHeader
 
 INT32_MAX = 2**31 - 1
 # Like Kafka: the last five batches per producer are remembered to answer retried duplicates.
@@ -106,6 +107,30 @@ class Partition:
         self._max_ts_prefix.append(max(previous, max_timestamp))
         self._batch_max_ts.append(max_timestamp)
         self.next_offset = last + 1
+
+    def index_batch(
+        self,
+        header: BatchHeader,
+        base_offset: int,
+        segment_id: int,
+        position: int,
+        size: int,
+        replay: bool = False,
+    ) -> None:
+        """Index a stored batch and remember its producer's sequence (the one path for
+        appends and for replaying a log on start)."""
+        self.add_batch(
+            base_offset, header.record_count, header.max_timestamp, segment_id, position, size
+        )
+        if header.producer_id >= 0:
+            self.record_sequence(
+                header.producer_id,
+                header.producer_epoch,
+                header.base_sequence,
+                header.record_count,
+                base_offset,
+                replay=replay,
+            )
 
     def _index_columns(self) -> tuple[array, ...]:
         return (

@@ -7,12 +7,13 @@ the disk: everything is loaded once when the coordinator starts.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Protocol
 
 from core.metadata import CommittedOffset
 
 Partition = tuple[str, int]  # (topic, partition index)
+Offload = Callable[..., Awaitable[None]]  # offload(fn, *args): run fn(*args) off the loop
 
 
 class OffsetPersistence(Protocol):
@@ -25,9 +26,17 @@ class OffsetPersistence(Protocol):
     ) -> None: ...
 
 
+async def run_inline(fn: Callable[..., None], *args: object) -> None:
+    """Run a persistence call on the event loop (fine for a store that does no I/O)."""
+    fn(*args)
+
+
 class OffsetStore:
-    def __init__(self, persistence: OffsetPersistence) -> None:
+    def __init__(self, persistence: OffsetPersistence, offload: Offload = run_inline) -> None:
+        """`offload` runs a blocking persistence call off the event loop (the store's
+        metadata worker); memory is updated right after it returns."""
         self._persistence = persistence
+        self._offload = offload
         self._groups: dict[str, dict[Partition, CommittedOffset]] = {}
         for offset in persistence.load_offsets():
             self._groups.setdefault(offset.group_id, {})[(offset.topic, offset.partition)] = offset
@@ -38,11 +47,11 @@ class OffsetStore:
     def has_offsets(self, group_id: str) -> bool:
         return bool(self._groups.get(group_id))
 
-    def commit(self, offsets: list[CommittedOffset]) -> None:
+    async def commit(self, offsets: list[CommittedOffset]) -> None:
         """Store the offsets durably (all of them or, on error, none), then cache them."""
         if not offsets:
             return
-        self._persistence.commit_offsets(offsets)
+        await self._offload(self._persistence.commit_offsets, offsets)
         for offset in offsets:
             self._groups.setdefault(offset.group_id, {})[(offset.topic, offset.partition)] = offset
 
@@ -54,21 +63,22 @@ class OffsetStore:
         offsets = self._groups.get(group_id, {})
         return [offsets[key] for key in sorted(offsets)]
 
-    def delete_group(self, group_id: str) -> None:
+    async def delete_group(self, group_id: str) -> None:
         if group_id in self._groups:
-            self._persistence.delete_offsets(group_id)
-            del self._groups[group_id]
+            await self._offload(self._persistence.delete_offsets, group_id)
+            self._groups.pop(group_id, None)
 
-    def delete(self, group_id: str, partitions: Iterable[Partition]) -> None:
+    async def delete(self, group_id: str, partitions: Iterable[Partition]) -> None:
         offsets = self._groups.get(group_id, {})
         present = [p for p in partitions if p in offsets]
         if not present:
             return
-        self._persistence.delete_offsets(group_id, present)
+        await self._offload(self._persistence.delete_offsets, group_id, present)
+        offsets = self._groups.get(group_id, {})  # re-read: a commit may have run meanwhile
         for partition in present:
-            del offsets[partition]
+            offsets.pop(partition, None)
         if not offsets:
-            del self._groups[group_id]
+            self._groups.pop(group_id, None)
 
     def forget_topic(self, topic: str) -> None:
         """Drop a deleted topic's offsets from memory (the metadata store deleted its rows

@@ -112,4 +112,3 @@ def iter_batches(data: bytes | memoryview) -> Iterator[BatchInfo]:
             return
         yield BatchInfo(base, batch_last_offset(data, pos), pos, total)
         pos += total
-

@@ -23,7 +23,7 @@ class PartitionData:
     high_watermark: int = -1
     log_start_offset: int = -1
     # Whole record batches, in offset order; empty list means no records.
-    batches: list[bytes | memoryview] = field(default_factory=list)
+    batches: Sequence[bytes | memoryview] = field(default_factory=list)
 
     @property
     def records_size(self) -> int:
