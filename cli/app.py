@@ -30,6 +30,7 @@ class Settings:
     auto_create_topics: bool = True
     max_request_bytes: int = 100 * 1024 * 1024
     max_message_bytes: int = 8 * 1024 * 1024
+    connections_max_idle_ms: int = 600_000
     group_initial_rebalance_delay_ms: int = 300
     metrics_listen: tuple[str, int] | None = None  # admin/metrics HTTP endpoint, off if None
     scaling_window_s: float = 60.0
@@ -111,7 +112,11 @@ async def _serve_tcp(
         max_request_bytes=settings.max_request_bytes,
         listener=f"{settings.listen_host}:{port}",
     )
-    gateway = Gateway(ctx, ServerSettings(max_request_bytes=settings.max_request_bytes))
+    server_settings = ServerSettings(
+        max_request_bytes=settings.max_request_bytes,
+        connections_max_idle_ms=settings.connections_max_idle_ms,
+    )
+    gateway = Gateway(ctx, server_settings)
     task_status.started(listeners)
     await trio.serve_listeners(gateway.handle_connection, listeners, handler_nursery=nursery)
 

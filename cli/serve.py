@@ -159,6 +159,14 @@ def register(commands: argparse._SubParsersAction) -> None:
         "(STREAMGATE_RETENTION_CHECK_INTERVAL_MS, default 30000)",
     )
     serve_cmd.add_argument(
+        "--connections-max-idle-ms",
+        type=int,
+        default=int(_env("CONNECTIONS_MAX_IDLE_MS") or 600_000),
+        help="close a Kafka connection that sends no complete request for this long while "
+        "none is in flight (STREAMGATE_CONNECTIONS_MAX_IDLE_MS, default 600000, as Kafka's "
+        "connections.max.idle.ms)",
+    )
+    serve_cmd.add_argument(
         "--log-level",
         default=_env("LOG_LEVEL", "INFO"),
         help="DEBUG, INFO, WARNING (STREAMGATE_LOG_LEVEL)",
@@ -188,6 +196,7 @@ def run(args: argparse.Namespace) -> int:
         auto_create_topics=args.auto_create_topics,
         max_request_bytes=args.max_request_bytes,
         max_message_bytes=args.max_message_bytes,
+        connections_max_idle_ms=args.connections_max_idle_ms,
         group_initial_rebalance_delay_ms=args.group_initial_rebalance_delay_ms,
         metrics_listen=args.metrics_listen,
         scaling_window_s=args.scaling_window_s,
