@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Protocol
 
+import trio
+
 from core.metadata import CommittedOffset
 
 Partition = tuple[str, int]  # (topic, partition index)
@@ -31,6 +33,16 @@ async def run_inline(fn: Callable[..., None], *args: object) -> None:
     fn(*args)
 
 
+class _CommitBatch:
+    """Offset commits written in one transaction; `done` is set once it committed or failed."""
+
+    def __init__(self) -> None:
+        self.offsets: list[CommittedOffset] = []
+        self.writer_chosen = False
+        self.done = trio.Event()
+        self.error: Exception | None = None
+
+
 class OffsetStore:
     def __init__(self, persistence: OffsetPersistence, offload: Offload = run_inline) -> None:
         """`offload` runs a blocking persistence call off the event loop (the store's
@@ -38,6 +50,8 @@ class OffsetStore:
         self._persistence = persistence
         self._offload = offload
         self._groups: dict[str, dict[Partition, CommittedOffset]] = {}
+        self._open_batch: _CommitBatch | None = None
+        self._write_lock = trio.Lock()
         for offset in persistence.load_offsets():
             self._groups.setdefault(offset.group_id, {})[(offset.topic, offset.partition)] = offset
 
@@ -48,12 +62,40 @@ class OffsetStore:
         return bool(self._groups.get(group_id))
 
     async def commit(self, offsets: list[CommittedOffset]) -> None:
-        """Store the offsets durably (all of them or, on error, none), then cache them."""
+        """Store the offsets durably (all of them or, on error, none), then cache them.
+
+        Group commit: commits arriving while a transaction is being written join the next
+        one, whose first caller writes it for all (one fsync for many OffsetCommits).
+        """
         if not offsets:
             return
-        await self._offload(self._persistence.commit_offsets, offsets)
-        for offset in offsets:
-            self._groups.setdefault(offset.group_id, {})[(offset.topic, offset.partition)] = offset
+        batch = self._open_batch
+        if batch is None:
+            batch = self._open_batch = _CommitBatch()
+        batch.offsets.extend(offsets)
+        if batch.writer_chosen:
+            await batch.done.wait()
+            if batch.error is not None:
+                raise batch.error
+            return
+        batch.writer_chosen = True
+        # Shielded: the others in the batch wait for this write, whatever happens to the
+        # request that started it.
+        with trio.CancelScope(shield=True):
+            async with self._write_lock:
+                if self._open_batch is batch:
+                    self._open_batch = None  # later commits start the next batch
+                try:
+                    await self._offload(self._persistence.commit_offsets, batch.offsets)
+                except Exception as exc:
+                    batch.error = exc
+                    raise
+                else:
+                    for offset in batch.offsets:
+                        group = self._groups.setdefault(offset.group_id, {})
+                        group[(offset.topic, offset.partition)] = offset
+                finally:
+                    batch.done.set()
 
     def get(self, group_id: str, partition: Partition) -> CommittedOffset | None:
         return self._groups.get(group_id, {}).get(partition)
