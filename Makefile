@@ -27,8 +27,12 @@ postgresql-installed:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq postgresql; }
 
+# ruff (lint and format) over the whole tree; mypy over the packages, as configured in
+# pyproject.toml ([tool.mypy] files).
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 test: $(STAMP) kcat-installed postgresql-installed lint
 	$(BIN)/python -m pytest -q

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 import time
 import uuid
 from dataclasses import astuple, dataclass, field
@@ -28,7 +29,8 @@ class SegmentRecord:
 
 @dataclass(slots=True)
 class ChunkSlice:
-    """One partition's bytes inside a chunk object: its batches, in offset order."""
+    """One partition's bytes inside a chunk object: its batches, in offset order. The
+    partition's tier-2 index holds these too (with `chunk_id` set once committed)."""
 
     partition: int
     first_offset: int
@@ -36,6 +38,17 @@ class ChunkSlice:
     byte_start: int
     byte_length: int
     max_timestamp: int
+    chunk_id: int = 0  # assigned with its chunk by the metadata store
+
+    def row(self) -> tuple[int, int, int, int, int, int]:
+        return (
+            self.partition,
+            self.first_offset,
+            self.last_offset,
+            self.byte_start,
+            self.byte_length,
+            self.max_timestamp,
+        )
 
 
 @dataclass(slots=True)
@@ -189,6 +202,7 @@ class SQLiteMetadataStore:
 
     def __init__(self, path: str) -> None:
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self._lock = threading.Lock()
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute("PRAGMA foreign_keys=ON")
@@ -334,7 +348,10 @@ class SQLiteMetadataStore:
             "ON c.chunk_id = s.chunk_id WHERE c.topic = ? ORDER BY s.chunk_id, s.partition",
             (name,),
         ):
-            chunks[row[0]].slices.append(ChunkSlice(*row[1:]))
+            chunk_id, partition, first, last, start, length, max_ts = row
+            chunks[chunk_id].slices.append(
+                ChunkSlice(partition, first, last, start, length, max_ts, chunk_id)
+            )
         return list(chunks.values())
 
     def commit_chunk(
@@ -367,7 +384,7 @@ class SQLiteMetadataStore:
             ).fetchone()[0]
             db.executemany(
                 "INSERT INTO chunk_slices VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [(chunk_id, *astuple(s)) for s in chunk.slices],
+                [(chunk_id, *s.row()) for s in chunk.slices],
             )
             db.executemany(
                 "INSERT INTO producer_states VALUES (?, ?, ?, ?, ?) "
@@ -379,6 +396,8 @@ class SQLiteMetadataStore:
                 ],
             )
         chunk.chunk_id = int(chunk_id)
+        for s in chunk.slices:
+            s.chunk_id = chunk.chunk_id
         return chunk.chunk_id
 
     def delete_chunks(self, name: str, chunk_ids: list[int], log_starts: dict[int, int]) -> None:
@@ -448,7 +467,7 @@ class SQLiteMetadataStore:
                 )
 
     def _transaction(self) -> _Transaction:
-        return _Transaction(self._db)
+        return _Transaction(self._db, self._lock)
 
     def close(self) -> None:
         self._db.close()
@@ -463,12 +482,25 @@ def _upsert_log_starts(db: sqlite3.Connection, name: str, log_starts: dict[int, 
 
 
 class _Transaction:
-    def __init__(self, db: sqlite3.Connection) -> None:
+    """BEGIN IMMEDIATE ... COMMIT on the one connection, holding the store's lock: the
+    metadata worker thread and the (rare) writes still made on the event loop share the
+    connection, and two transactions must never interleave on it."""
+
+    def __init__(self, db: sqlite3.Connection, lock: threading.Lock) -> None:
         self._db = db
+        self._lock = lock
 
     def __enter__(self) -> sqlite3.Connection:
-        self._db.execute("BEGIN IMMEDIATE")
+        self._lock.acquire()
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+        except BaseException:
+            self._lock.release()
+            raise
         return self._db
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        self._db.execute("ROLLBACK" if exc_type else "COMMIT")
+        try:
+            self._db.execute("ROLLBACK" if exc_type else "COMMIT")
+        finally:
+            self._lock.release()

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 import trio
 
 from .errors import ErrorCode
+from .metadata import ChunkSlice
+from .recordbatch import BatchHeader
 
 INT32_MAX = 2**31 - 1
 # Like Kafka: the last five batches per producer are remembered to answer retried duplicates.
@@ -36,18 +38,6 @@ class ProducerState:
     @property
     def last_sequence(self) -> int:
         return self.batches[-1].last_sequence if self.batches else -1
-
-
-@dataclass(slots=True)
-class SliceLocation:
-    """A partition's bytes in one tier-2 chunk."""
-
-    chunk_id: int
-    first_offset: int
-    last_offset: int
-    byte_start: int
-    byte_length: int
-    max_timestamp: int
 
 
 @dataclass(slots=True)
@@ -88,7 +78,7 @@ class Partition:
         self._max_ts_prefix = array("q")
         self._batch_max_ts = array("q")
         # Tier-2 index, one entry per chunk slice, sorted by offset (None until the first).
-        self._slices: list[SliceLocation] | None = None
+        self._slices: list[ChunkSlice] | None = None
         self._slice_last_offsets: array | None = None
         self._producers: dict[int, ProducerState] | None = None
         # Appended since this process started (the scaler balances splits with them).
@@ -117,6 +107,30 @@ class Partition:
         self._max_ts_prefix.append(max(previous, max_timestamp))
         self._batch_max_ts.append(max_timestamp)
         self.next_offset = last + 1
+
+    def index_batch(
+        self,
+        header: BatchHeader,
+        base_offset: int,
+        segment_id: int,
+        position: int,
+        size: int,
+        replay: bool = False,
+    ) -> None:
+        """Index a stored batch and remember its producer's sequence (the one path for
+        appends and for replaying a log on start)."""
+        self.add_batch(
+            base_offset, header.record_count, header.max_timestamp, segment_id, position, size
+        )
+        if header.producer_id >= 0:
+            self.record_sequence(
+                header.producer_id,
+                header.producer_epoch,
+                header.base_sequence,
+                header.record_count,
+                base_offset,
+                replay=replay,
+            )
 
     def _index_columns(self) -> tuple[array, ...]:
         return (
@@ -174,7 +188,7 @@ class Partition:
 
     # --- tier-2 index ------------------------------------------------------------------
 
-    def add_slice(self, location: SliceLocation) -> None:
+    def add_slice(self, location: ChunkSlice) -> None:
         if self._slices is None:
             self._slices, self._slice_last_offsets = [], array("q")
         assert self._slice_last_offsets is not None
@@ -183,17 +197,17 @@ class Partition:
         self._slice_last_offsets.insert(i, location.last_offset)
         self.next_offset = max(self.next_offset, location.last_offset + 1)
 
-    def slices(self) -> list[SliceLocation]:
+    def slices(self) -> list[ChunkSlice]:
         return list(self._slices or ())
 
-    def slice_for(self, offset: int) -> SliceLocation | None:
+    def slice_for(self, offset: int) -> ChunkSlice | None:
         """The tier-2 slice holding `offset`, or the first one after it."""
         if not self._slices or self._slice_last_offsets is None:
             return None
         i = bisect.bisect_left(self._slice_last_offsets, offset)
         return self._slices[i] if i < len(self._slices) else None
 
-    def slice_for_timestamp(self, timestamp: int) -> SliceLocation | None:
+    def slice_for_timestamp(self, timestamp: int) -> ChunkSlice | None:
         """The first tier-2 slice holding a record with timestamp >= `timestamp`."""
         for location in self._slices or ():
             if (

@@ -1,35 +1,36 @@
 """The stream store: every topic's stream, their metadata, and the tasks that flush them.
 
-Handlers talk to the store only; the store owns a nursery in which each segment's flusher
-runs. `run` opens (and recovers) everything, `stop` drains queued writes and closes.
+`StreamStore` is the engine behind `core.api.Store`: handlers talk to it through that
+interface only. It owns a nursery in which each segment's flusher, the scalers and tier 2
+run. `run` opens (and recovers) everything, `stop` drains queued writes and closes.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import re
 import shutil
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
 import trio
 
+from .api import ScaleResult, TopicError, validate_topic_name
 from .errors import ErrorCode
 from .metadata import SegmentRecord, SQLiteMetadataStore, TopicRecord
+from .metadata_worker import MetadataWorker
+from .scaler import RateMeter, run_scaler
 from .scaling.plan import ScaleError, split_range
 from .scaling.policy import Decision
-from .scaling.scaler import RateMeter, run_scaler
 from .segments.log import SegmentLog
 from .segments.objectstore import ObjectStore, open_object_store
-from .stream import ScaleResult, Stream
+from .stream import Stream
 from .tiering import TierManager, TierSettings
 from .topic_config import ConfigError, validate_topic_configs
 
 log = logging.getLogger(__name__)
 
-_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 MAX_PARTITIONS_PER_TOPIC = 100_000
 
 
@@ -45,17 +46,6 @@ class StoreSettings:
     tier: TierSettings = field(default_factory=TierSettings)
 
 
-class TopicError(Exception):
-    def __init__(self, error_code: int, message: str) -> None:
-        super().__init__(message)
-        self.error_code = error_code
-
-
-def validate_topic_name(name: str | None) -> None:
-    if not name or name in (".", "..") or not _LEGAL_TOPIC.match(name):
-        raise TopicError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"illegal topic name {name!r}")
-
-
 class StreamStore:
     def __init__(self, settings: StoreSettings) -> None:
         self.settings = settings
@@ -64,6 +54,7 @@ class StreamStore:
         self._metadata: SQLiteMetadataStore | None = None
         self.object_store: ObjectStore | None = None
         self._tier: TierManager | None = None
+        self._worker: MetadataWorker | None = None
         self._nursery: trio.Nursery | None = None
         self._stopping = trio.Event()
         self.cluster_id = ""
@@ -80,6 +71,12 @@ class StreamStore:
         assert self._tier is not None, "store is not running"
         return self._tier
 
+    @property
+    def worker(self) -> MetadataWorker:
+        """The one thread metadata commits run in (the group coordinator uses it too)."""
+        assert self._worker is not None, "store is not running"
+        return self._worker
+
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Open and recover the store, then keep segment flushers, uploads and retention
         running until `stop`."""
@@ -89,8 +86,9 @@ class StreamStore:
         self.object_store = open_object_store(
             self.settings.tier2_url, self.settings.data_dir, self.settings.s3_endpoint
         )
+        self._worker = MetadataWorker()
         self._tier = TierManager(
-            self.object_store, lambda: self.metadata, lambda: self.streams, self.settings.tier
+            self.object_store, self._metadata, self._worker, self.settings.tier
         )
         try:
             async with trio.open_nursery() as nursery:
@@ -221,6 +219,9 @@ class StreamStore:
 
     # --- topics ------------------------------------------------------------------------
 
+    def topics(self) -> list[Stream]:
+        return list(self.streams.values())
+
     def get(self, name: str) -> Stream | None:
         return self.streams.get(name)
 
@@ -268,19 +269,20 @@ class StreamStore:
             stream = self.create_topic(name)
         return stream
 
-    def delete_topic(self, name: str) -> None:
-        stream = self.streams.get(name)
-        if stream is None:
-            raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}")
-        self.metadata.delete_topic(name)
+    async def delete_topic(self, name: str) -> None:
+        """Delete durably, then forget the stream and remove its files (off the loop)."""
+        stream = self._existing(name)
+        await self.worker.call(self.metadata.delete_topic, name)
+        if self.streams.get(name) is not stream:
+            return  # a concurrent delete of the same topic finished first
         del self.streams[name]
         self.meters.pop(name, None)
         stream.close()
-        shutil.rmtree(stream.directory, ignore_errors=True)
         self.tier.forget_topic(stream)
         log.info("deleted topic %s", name)
         for listener in self.on_topic_deleted:
             listener(name)
+        await trio.to_thread.run_sync(shutil.rmtree, stream.directory, True)
 
     def update_topic_configs(
         self, name: str, configs: Mapping[str, str | None], validate_only: bool = False
@@ -331,7 +333,7 @@ class StreamStore:
             raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}")
         return stream
 
-    def delete_records(self, name: str, index: int, offset: int) -> tuple[int, int]:
+    async def delete_records(self, name: str, index: int, offset: int) -> tuple[int, int]:
         """DeleteRecords: raise a partition's log start offset to `offset` (-1: the high
         watermark), durably. Returns (error code, low watermark)."""
         stream = self.streams.get(name)
@@ -343,15 +345,17 @@ class StreamStore:
         if offset < 0 or offset > partition.high_watermark:
             return ErrorCode.OFFSET_OUT_OF_RANGE, -1
         if offset > partition.log_start_offset:
-            self.tier.advance_log_starts(stream, {index: offset})
+            await self.tier.advance_log_starts(stream, {index: offset})
             log.info("topic %s partition %d: records before %d deleted", name, index, offset)
         return ErrorCode.NONE, partition.log_start_offset
 
-    def allocate_producer_id(self) -> int:
-        return self.metadata.next_counter("producer_id")
+    async def allocate_producer_id(self) -> int:
+        return await self.worker.call(self.metadata.next_counter, "producer_id")
 
 
-async def _run_cancellable(scope: trio.CancelScope, done: trio.Event, fn: Callable) -> None:
+async def _run_cancellable(
+    scope: trio.CancelScope, done: trio.Event, fn: Callable[[], Awaitable[None]]
+) -> None:
     try:
         with scope:
             await fn()

@@ -21,20 +21,18 @@ import logging
 import math
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import trio
 
-from .metadata import ChunkRecord, MetadataStore
-from .partition import SliceLocation
+from .api import StoreUnavailable
+from .metadata import ChunkRecord, ChunkSlice, MetadataStore
+from .metadata_worker import MetadataWorker
 from .segments.chunks import build_chunk, chunk_key
 from .segments.log import LogFile, SegmentLog, Tier1Usage
 from .segments.objectstore import ObjectNotFound, ObjectStore, ObjectStoreUnavailable
-
-if TYPE_CHECKING:
-    from .stream import Stream
+from .stream import Stream
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +42,6 @@ _BACKOFF_MAX_S = 10.0
 # their bytes (age-rolled files of idle segments are small).
 MAX_RETAINED_FILES = 256
 _MAX_PREFETCHES = 8  # slices read ahead at once, over all catch-up readers
-READ_AHEAD_SLICES = 2  # per partition, after the slice a Fetch needed
 
 
 @dataclass(slots=True)
@@ -108,17 +105,20 @@ class _Loading:
 
 
 class TierManager:
+    """Tier 2 for every attached stream (`attach` on open, `forget_topic` on delete)."""
+
     def __init__(
         self,
         object_store: ObjectStore,
-        metadata: Callable[[], MetadataStore],
-        streams: Callable[[], dict[str, Stream]],
+        metadata: MetadataStore,
+        worker: MetadataWorker,
         settings: TierSettings,
     ) -> None:
         self.object_store = object_store
         self.settings = settings
         self._metadata = metadata
-        self._streams = streams
+        self._worker = worker
+        self._streams: dict[str, Stream] = {}
         self.usage = Tier1Usage(settings.tier1_budget_bytes)
         self.stats = TierStats()
         self.cache = SliceCache(settings.cache_bytes)
@@ -143,8 +143,17 @@ class TierManager:
             nursery.start_soon(self._retention_loop)
             task_status.started()
 
+    @property
+    def roll_bytes(self) -> int:
+        return self.settings.chunk_bytes
+
+    @property
+    def roll_age_s(self) -> float:
+        return self.settings.chunk_age_s
+
     def attach(self, stream: Stream) -> None:
-        """Register a freshly opened stream's already uploaded files for trimming."""
+        """Take on a freshly opened stream; register its uploaded files for trimming."""
+        self._streams[stream.name] = stream
         for segment in stream.segments.values():
             for f in segment.files:
                 if f.uploaded:
@@ -162,7 +171,7 @@ class TierManager:
         async with trio.open_nursery() as nursery:
             while True:
                 self._wake = trio.Event()
-                for stream in list(self._streams().values()):
+                for stream in list(self._streams.values()):
                     for segment_id, segment in list(stream.segments.items()):
                         if len(self._in_flight) >= self.settings.upload_concurrency:
                             break
@@ -208,8 +217,10 @@ class TierManager:
         chunk = ChunkRecord(segment.segment_id, f.base, f.end, key, len(built.data), built.slices)
         producers = stream.producer_snapshots({s.partition for s in built.slices})
         try:
-            self._metadata().commit_chunk(stream.name, chunk, producers)
+            await self._worker.call(self._metadata.commit_chunk, stream.name, chunk, producers)
         except KeyError:  # the topic went away while the chunk was in flight
+            return
+        if stream.deleted:
             return
         stream.add_chunk(chunk)
         segment.mark_uploaded(f)
@@ -268,9 +279,17 @@ class TierManager:
 
     # --- read --------------------------------------------------------------------------
 
-    async def read_slice(self, stream: Stream, location: SliceLocation) -> bytes:
+    async def read_slice(self, stream: Stream, location: ChunkSlice) -> bytes:
         """A partition's bytes in a chunk: the cache, or one ranged GET shared by all
-        concurrent readers. ObjectStoreUnavailable while tier 2 is down."""
+        concurrent readers. StoreUnavailable while tier 2 is down (or the chunk is gone)."""
+        try:
+            return await self._read_slice(stream, location)
+        except StoreUnavailable:
+            raise
+        except (ObjectNotFound, OSError) as exc:
+            raise StoreUnavailable(str(exc)) from exc
+
+    async def _read_slice(self, stream: Stream, location: ChunkSlice) -> bytes:
         chunk = stream.chunks.get(location.chunk_id)
         if chunk is None:
             raise ObjectNotFound(f"chunk {location.chunk_id} was deleted")
@@ -309,7 +328,7 @@ class TierManager:
             del self._loading[key]
             loading.done.set()
 
-    def prefetch(self, stream: Stream, location: SliceLocation) -> None:
+    def prefetch(self, stream: Stream, location: ChunkSlice) -> None:
         """Start reading a slice in the background (catch-up read-ahead); errors are left
         for the reader that needs it to meet."""
         chunk = stream.chunks.get(location.chunk_id)
@@ -321,10 +340,10 @@ class TierManager:
         self._prefetching += 1
         self._spawn(self._prefetch, stream, location)
 
-    async def _prefetch(self, stream: Stream, location: SliceLocation) -> None:
+    async def _prefetch(self, stream: Stream, location: ChunkSlice) -> None:
         try:
             await self.read_slice(stream, location)
-        except (ObjectStoreUnavailable, ObjectNotFound, OSError):
+        except StoreUnavailable:
             pass
         finally:
             self._prefetching -= 1
@@ -334,13 +353,13 @@ class TierManager:
     async def _retention_loop(self) -> None:
         while True:
             await trio.sleep(self.settings.retention_check_interval_s)
-            for stream in list(self._streams().values()):
+            for stream in list(self._streams.values()):
                 try:
-                    self.apply_retention(stream)
+                    await self.apply_retention(stream)
                 except Exception:  # one stream's problem must not stop the others
                     log.exception("topic %s: retention check failed", stream.name)
 
-    def apply_retention(self, stream: Stream, now_ms: int | None = None) -> None:
+    async def apply_retention(self, stream: Stream, now_ms: int | None = None) -> None:
         """Raise log start offsets past tier-2 slices that retention.ms / retention.bytes
         expire. Data still only in tier 1 is never expired (like Kafka's active segment)."""
         retention_ms = _config_int(stream.record.configs, "retention.ms")
@@ -373,22 +392,31 @@ class TierManager:
                 new_starts[index] = start
         if new_starts:
             log.info("topic %s: retention raises log start offsets %s", stream.name, new_starts)
-            self.advance_log_starts(stream, new_starts)
+            await self.advance_log_starts(stream, new_starts)
 
-    def advance_log_starts(self, stream: Stream, starts: dict[int, int]) -> None:
+    async def advance_log_starts(self, stream: Stream, starts: dict[int, int]) -> None:
         """Raise log start offsets durably, then delete the chunks that became unreachable
-        (their metadata in the same transaction, their objects in the background)."""
-        previous = {}
+        (their metadata in the same transaction, their objects in the background).
+
+        Memory moves first, so no read below the new start begins while the commit runs;
+        if the commit fails, what this call raised (and nothing raised since) is undone."""
+        previous: dict[int, tuple[int, int]] = {}
         for index, offset in starts.items():
             partition = stream.partition(index)
-            previous[index] = partition.log_start_offset
-            partition.log_start_offset = max(partition.log_start_offset, offset)
+            raised = max(partition.log_start_offset, offset)
+            previous[index] = (partition.log_start_offset, raised)
+            partition.log_start_offset = raised
         expired = stream.expired_chunks()
         try:
-            self._metadata().delete_chunks(stream.name, [c.chunk_id for c in expired], dict(starts))
+            expired_ids = [c.chunk_id for c in expired]
+            await self._worker.call(
+                self._metadata.delete_chunks, stream.name, expired_ids, dict(starts)
+            )
         except BaseException:
-            for index, offset in previous.items():
-                stream.partition(index).log_start_offset = offset
+            for index, (before, raised) in previous.items():
+                partition = stream.partition(index)
+                if partition.log_start_offset == raised:
+                    partition.log_start_offset = before
             raise
         stream.forget_chunks(expired)
         for chunk in expired:
@@ -398,10 +426,12 @@ class TierManager:
             self._spawn(self._delete_objects, [c.object_key for c in expired])
 
     def forget_topic(self, stream: Stream) -> None:
-        """Delete a deleted topic's objects in the background."""
+        """Detach a deleted topic; delete its objects in the background."""
+        if self._streams.get(stream.name) is stream:
+            del self._streams[stream.name]
         self._spawn(self._delete_prefix, stream.record.topic_id.hex + "/")
 
-    def _spawn(self, fn: Callable, *args: object) -> None:
+    def _spawn(self, fn: Callable[..., Awaitable[None]], *args: object) -> None:
         if self._nursery is not None:
             self._nursery.start_soon(fn, *args)
 

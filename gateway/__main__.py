@@ -1,5 +1,7 @@
+"""`python -m gateway ...`: an alias of the `streamgate` command (tests and scripts use it)."""
+
 import sys
 
-from gateway.cli import main
+from cli.main import main
 
 sys.exit(main())

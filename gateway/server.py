@@ -8,6 +8,7 @@ connection is bounded, so a client that never reads its responses stops being re
 from __future__ import annotations
 
 import logging
+import math
 import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -69,6 +70,9 @@ _RECEIVE_BYTES = 256 * 1024
 class ServerSettings:
     max_request_bytes: int = 100 * 1024 * 1024
     max_in_flight_per_connection: int = 128
+    # Kafka's connections.max.idle.ms: a connection with no request in flight that sends
+    # no complete request for this long (nothing, or half a frame) is closed.
+    connections_max_idle_ms: int = 600_000
 
 
 class _ResponseSlot:
@@ -89,6 +93,26 @@ class _ResponseSlot:
 
 class _CloseConnection(Exception):
     pass
+
+
+class _IdleTimer:
+    """The connection's idle deadline: pushed back by every complete request, suspended
+    while requests are in flight (a long poll is not idleness), restarted after the last
+    response went out."""
+
+    def __init__(self, idle_ms: int) -> None:
+        self.idle_s = idle_ms / 1000
+        self.in_flight = 0
+        self.scope = trio.CancelScope(deadline=trio.current_time() + self.idle_s)
+
+    def request_started(self) -> None:
+        self.in_flight += 1
+        self.scope.deadline = math.inf
+
+    def response_sent(self) -> None:
+        self.in_flight -= 1
+        if self.in_flight == 0:
+            self.scope.deadline = trio.current_time() + self.idle_s
 
 
 class Gateway:
@@ -117,29 +141,37 @@ class Gateway:
         send_slots, receive_slots = trio.open_memory_channel[_ResponseSlot](
             self.settings.max_in_flight_per_connection
         )
+        idle = _IdleTimer(self.settings.connections_max_idle_ms)
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._write_responses, stream, receive_slots, nursery.cancel_scope)
+            nursery.start_soon(self._write_responses, stream, receive_slots, idle)
             async with send_slots:
-                while True:
-                    data = await stream.receive_some(_RECEIVE_BYTES)
-                    if not data:
-                        nursery.cancel_scope.cancel()  # the client is gone: drop its work
-                        return
-                    decoder.feed(data)
-                    while (frame := decoder.next_frame()) is not None:
-                        slot = _ResponseSlot()
-                        await send_slots.send(slot)
-                        # Decoding and the handler's synchronous part run here, in request
-                        # order; only the waiting part runs as its own task.
-                        pending = self._start_request(frame, slot)
-                        if pending is not None:
-                            nursery.start_soon(self._finish_request, pending, slot)
+                with idle.scope:
+                    while True:
+                        data = await stream.receive_some(_RECEIVE_BYTES)
+                        if not data:
+                            nursery.cancel_scope.cancel()  # the client is gone: drop its work
+                            return
+                        decoder.feed(data)
+                        while (frame := decoder.next_frame()) is not None:
+                            slot = _ResponseSlot()
+                            idle.request_started()
+                            await send_slots.send(slot)
+                            # Decoding and the handler's synchronous part run here, in
+                            # request order; only the waiting part runs as its own task.
+                            pending = self._start_request(frame, slot)
+                            if pending is not None:
+                                nursery.start_soon(self._finish_request, pending, slot)
+                # Raised, not cancelled: the nursery cancels the requests and re-raises it.
+                raise _CloseConnection(
+                    f"idle for {self.settings.connections_max_idle_ms} ms "
+                    f"(connections.max.idle.ms; {decoder.buffered} bytes of a request pending)"
+                )
 
     async def _write_responses(
         self,
         stream: trio.SocketStream,
         slots: trio.MemoryReceiveChannel[_ResponseSlot],
-        scope: trio.CancelScope,
+        idle: _IdleTimer,
     ) -> None:
         async with slots:
             async for slot in slots:
@@ -148,6 +180,7 @@ class Gateway:
                     await stream.send_all(slot.payload)
                 if slot.close_connection:
                     raise _CloseConnection("protocol error")
+                idle.response_sent()
 
     def _start_request(
         self, frame: bytes, slot: _ResponseSlot

@@ -1,4 +1,4 @@
-"""Tests for gateway.protocol.records (Kafka RecordBatch v2)."""
+"""Tests for core.recordbatch (Kafka RecordBatch v2)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.protocol.records import (
+from core.recordbatch import (
     BATCH_HEADER_SIZE,
     COMPRESSION_GZIP,
     COMPRESSION_LZ4,

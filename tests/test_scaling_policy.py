@@ -9,10 +9,10 @@ import pytest
 import trio
 from helpers import Rec, build_record_batch
 
+from core.api import AppendResult
 from core.scaling.plan import ScaleError, check_scale, split_range
 from core.scaling.policy import ScalingPolicy, SegmentLoad, decide
 from core.store import StoreSettings, StreamStore
-from core.stream import AppendResult
 
 OWNERS = [(0, 3, 1), (4, 7, 2), (8, 15, 3)]
 

@@ -35,7 +35,7 @@ from core.errors import ErrorCode
 from core.metadata import CommittedOffset
 
 from .consumer_protocol import subscribed_topics
-from .offsets import OffsetPersistence, OffsetStore, Partition
+from .offsets import Offload, OffsetPersistence, OffsetStore, Partition, run_inline
 from .rebalance import Rebalancer, answer_sync, next_deadline
 from .state import Group, GroupState, JoinResult, Member, Reply, SyncResult
 
@@ -84,10 +84,16 @@ class SyncRequest:
 
 
 class GroupCoordinator:
-    def __init__(self, offsets: OffsetPersistence, settings: GroupSettings | None = None) -> None:
-        """Load every committed offset; groups that have some start out Empty."""
+    def __init__(
+        self,
+        offsets: OffsetPersistence,
+        settings: GroupSettings | None = None,
+        offload: Offload = run_inline,
+    ) -> None:
+        """Load every committed offset; groups that have some start out Empty. `offload`
+        runs the blocking offset writes off the event loop."""
         self.settings = settings or GroupSettings()
-        self.offsets = OffsetStore(offsets)
+        self.offsets = OffsetStore(offsets, offload)
         self._groups: dict[str, Group] = {}
         self._rebalance = Rebalancer(self.settings.initial_rebalance_delay)
         self._nursery: trio.Nursery | None = None
@@ -374,12 +380,12 @@ class GroupCoordinator:
 
     # --- DeleteGroups ------------------------------------------------------------------------
 
-    def delete_groups(self, group_ids: list[str]) -> list[ErrorCode]:
+    async def delete_groups(self, group_ids: list[str]) -> list[ErrorCode]:
         """Delete Empty groups with their offsets: NON_EMPTY_GROUP if a group has members,
         GROUP_ID_NOT_FOUND if it does not exist."""
-        return [self._delete_group(group_id) for group_id in group_ids]
+        return [await self._delete_group(group_id) for group_id in group_ids]
 
-    def _delete_group(self, group_id: str) -> ErrorCode:
+    async def _delete_group(self, group_id: str) -> ErrorCode:
         if not group_id:
             return ErrorCode.INVALID_GROUP_ID
         group = self._groups.get(group_id)
@@ -387,8 +393,12 @@ class GroupCoordinator:
             return ErrorCode.GROUP_ID_NOT_FOUND
         if group.state is not GroupState.EMPTY:
             return ErrorCode.NON_EMPTY_GROUP
-        self.offsets.delete_group(group_id)
-        group.state = GroupState.DEAD
+        group.state = GroupState.DEAD  # first: nobody joins while the delete commits
+        try:
+            await self.offsets.delete_group(group_id)
+        except BaseException:
+            group.state = GroupState.EMPTY
+            raise
         group.lifetime.cancel()
         del self._groups[group_id]
         log.info("group %s deleted", group_id)
@@ -396,7 +406,7 @@ class GroupCoordinator:
 
     # --- offsets -----------------------------------------------------------------------------
 
-    def commit_offsets(
+    async def commit_offsets(
         self,
         group_id: str,
         generation_id: int,
@@ -431,7 +441,7 @@ class GroupCoordinator:
             offset.group_id = group_id
             offset.commit_ms = now_ms
         try:
-            self.offsets.commit(offsets)
+            await self.offsets.commit(offsets)
         except Exception:
             log.exception("group %s: storing committed offsets failed", group_id)
             return ErrorCode.UNKNOWN_SERVER_ERROR
@@ -443,7 +453,7 @@ class GroupCoordinator:
     def all_committed(self, group_id: str) -> list[CommittedOffset]:
         return self.offsets.all_of(group_id)
 
-    def delete_offsets(
+    async def delete_offsets(
         self, group_id: str, partitions: list[Partition]
     ) -> tuple[ErrorCode, dict[Partition, ErrorCode]]:
         """OffsetDelete: an Empty group loses any offsets; an active consumer group only
@@ -462,7 +472,7 @@ class GroupCoordinator:
             for p in partitions
         }
         try:
-            self.offsets.delete(group_id, [p for p, error in results.items() if not error])
+            await self.offsets.delete(group_id, [p for p, error in results.items() if not error])
         except Exception:
             log.exception("group %s: deleting committed offsets failed", group_id)
             return ErrorCode.UNKNOWN_SERVER_ERROR, {}

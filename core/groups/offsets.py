@@ -7,12 +7,15 @@ the disk: everything is loaded once when the coordinator starts.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Protocol
+
+import trio
 
 from core.metadata import CommittedOffset
 
 Partition = tuple[str, int]  # (topic, partition index)
+Offload = Callable[..., Awaitable[None]]  # offload(fn, *args): run fn(*args) off the loop
 
 
 class OffsetPersistence(Protocol):
@@ -25,10 +28,30 @@ class OffsetPersistence(Protocol):
     ) -> None: ...
 
 
+async def run_inline(fn: Callable[..., None], *args: object) -> None:
+    """Run a persistence call on the event loop (fine for a store that does no I/O)."""
+    fn(*args)
+
+
+class _CommitBatch:
+    """Offset commits written in one transaction; `done` is set once it committed or failed."""
+
+    def __init__(self) -> None:
+        self.offsets: list[CommittedOffset] = []
+        self.writer_chosen = False
+        self.done = trio.Event()
+        self.error: Exception | None = None
+
+
 class OffsetStore:
-    def __init__(self, persistence: OffsetPersistence) -> None:
+    def __init__(self, persistence: OffsetPersistence, offload: Offload = run_inline) -> None:
+        """`offload` runs a blocking persistence call off the event loop (the store's
+        metadata worker); memory is updated right after it returns."""
         self._persistence = persistence
+        self._offload = offload
         self._groups: dict[str, dict[Partition, CommittedOffset]] = {}
+        self._open_batch: _CommitBatch | None = None
+        self._write_lock = trio.Lock()
         for offset in persistence.load_offsets():
             self._groups.setdefault(offset.group_id, {})[(offset.topic, offset.partition)] = offset
 
@@ -38,13 +61,41 @@ class OffsetStore:
     def has_offsets(self, group_id: str) -> bool:
         return bool(self._groups.get(group_id))
 
-    def commit(self, offsets: list[CommittedOffset]) -> None:
-        """Store the offsets durably (all of them or, on error, none), then cache them."""
+    async def commit(self, offsets: list[CommittedOffset]) -> None:
+        """Store the offsets durably (all of them or, on error, none), then cache them.
+
+        Group commit: commits arriving while a transaction is being written join the next
+        one, whose first caller writes it for all (one fsync for many OffsetCommits).
+        """
         if not offsets:
             return
-        self._persistence.commit_offsets(offsets)
-        for offset in offsets:
-            self._groups.setdefault(offset.group_id, {})[(offset.topic, offset.partition)] = offset
+        batch = self._open_batch
+        if batch is None:
+            batch = self._open_batch = _CommitBatch()
+        batch.offsets.extend(offsets)
+        if batch.writer_chosen:
+            await batch.done.wait()
+            if batch.error is not None:
+                raise batch.error
+            return
+        batch.writer_chosen = True
+        # Shielded: the others in the batch wait for this write, whatever happens to the
+        # request that started it.
+        with trio.CancelScope(shield=True):
+            async with self._write_lock:
+                if self._open_batch is batch:
+                    self._open_batch = None  # later commits start the next batch
+                try:
+                    await self._offload(self._persistence.commit_offsets, batch.offsets)
+                except Exception as exc:
+                    batch.error = exc
+                    raise
+                else:
+                    for offset in batch.offsets:
+                        group = self._groups.setdefault(offset.group_id, {})
+                        group[(offset.topic, offset.partition)] = offset
+                finally:
+                    batch.done.set()
 
     def get(self, group_id: str, partition: Partition) -> CommittedOffset | None:
         return self._groups.get(group_id, {}).get(partition)
@@ -54,21 +105,22 @@ class OffsetStore:
         offsets = self._groups.get(group_id, {})
         return [offsets[key] for key in sorted(offsets)]
 
-    def delete_group(self, group_id: str) -> None:
+    async def delete_group(self, group_id: str) -> None:
         if group_id in self._groups:
-            self._persistence.delete_offsets(group_id)
-            del self._groups[group_id]
+            await self._offload(self._persistence.delete_offsets, group_id)
+            self._groups.pop(group_id, None)
 
-    def delete(self, group_id: str, partitions: Iterable[Partition]) -> None:
+    async def delete(self, group_id: str, partitions: Iterable[Partition]) -> None:
         offsets = self._groups.get(group_id, {})
         present = [p for p in partitions if p in offsets]
         if not present:
             return
-        self._persistence.delete_offsets(group_id, present)
+        await self._offload(self._persistence.delete_offsets, group_id, present)
+        offsets = self._groups.get(group_id, {})  # re-read: a commit may have run meanwhile
         for partition in present:
-            del offsets[partition]
+            offsets.pop(partition, None)
         if not offsets:
-            del self._groups[group_id]
+            self._groups.pop(group_id, None)
 
     def forget_topic(self, topic: str) -> None:
         """Drop a deleted topic's offsets from memory (the metadata store deleted its rows

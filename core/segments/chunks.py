@@ -22,16 +22,18 @@ from dataclasses import dataclass
 import crc32c
 
 from ..metadata import ChunkSlice
+from ..recordbatch import (
+    LAST_OFFSET_DELTA_OFFSET,
+    LOG_OVERHEAD,
+    batch_base_and_length,
+    batch_last_offset,
+    batch_max_timestamp,
+)
 from .log import iter_entries
 
 CHUNK_MAGIC = b"SGCHUNK1"
 _INDEX_ENTRY = struct.Struct(">iqqqqq")
 _FOOTER = struct.Struct(">II8s")
-# RecordBatch header fields used here: baseOffset, batchLength, lastOffsetDelta, maxTimestamp.
-_BASE_OFFSET_AND_LENGTH = struct.Struct(">qi")
-_LAST_OFFSET_DELTA_AT = 23
-_MAX_TIMESTAMP_AT = 35
-BATCH_OVERHEAD = 12  # baseOffset + batchLength, not counted in batchLength
 
 
 class ChunkFormatError(ValueError):
@@ -66,10 +68,9 @@ def build_chunk(log_bytes: bytes, base_position: int = 0) -> BuiltChunk:
     position = 0
     for partition in sorted(by_partition):
         batches = by_partition[partition]
-        first = _BASE_OFFSET_AND_LENGTH.unpack_from(batches[0])[0]
-        last_batch = batches[-1]
-        last = _base_offset(last_batch) + _last_offset_delta(last_batch)
-        max_ts = max(_max_timestamp(b) for b in batches)
+        first = batch_base_and_length(batches[0])[0]
+        last = batch_last_offset(batches[-1])
+        max_ts = max(batch_max_timestamp(b) for b in batches)
         length = sum(len(b) for b in batches)
         slices.append(ChunkSlice(partition, first, last, position, length, max_ts))
         parts.extend(batches)
@@ -104,23 +105,10 @@ def iter_batches(data: bytes | memoryview) -> Iterator[BatchInfo]:
     """The record batches laid end to end in a slice (stops at a truncated one)."""
     pos = 0
     size = len(data)
-    while pos + _LAST_OFFSET_DELTA_AT + 4 <= size:
-        base, length = _BASE_OFFSET_AND_LENGTH.unpack_from(data, pos)
-        total = BATCH_OVERHEAD + length
+    while pos + LAST_OFFSET_DELTA_OFFSET + 4 <= size:
+        base, length = batch_base_and_length(data, pos)
+        total = LOG_OVERHEAD + length
         if length <= 0 or pos + total > size:
             return
-        last = base + int.from_bytes(data[pos + 23 : pos + 27], "big", signed=True)
-        yield BatchInfo(base, last, pos, total)
+        yield BatchInfo(base, batch_last_offset(data, pos), pos, total)
         pos += total
-
-
-def _base_offset(batch: bytes) -> int:
-    return _BASE_OFFSET_AND_LENGTH.unpack_from(batch)[0]
-
-
-def _last_offset_delta(batch: bytes) -> int:
-    return int.from_bytes(batch[_LAST_OFFSET_DELTA_AT : _LAST_OFFSET_DELTA_AT + 4], "big")
-
-
-def _max_timestamp(batch: bytes) -> int:
-    return int.from_bytes(batch[_MAX_TIMESTAMP_AT : _MAX_TIMESTAMP_AT + 8], "big", signed=True)

@@ -172,7 +172,7 @@ class SegmentLog:
         # named by position and must never be reused.
         self.durable_size = max(end, uploaded_end)
         self.logical_size = self.durable_size  # includes queued, not yet written entries
-        self._queued_buffers: list[bytes | memoryview] = []
+        self._queued_buffers: list[bytes | bytearray | memoryview] = []
         self._queued: list[PendingAppend] = []
         self._work = trio.Event()
         self._flushed = trio.Event()
@@ -250,7 +250,7 @@ class SegmentLog:
         return None
 
     def _write_and_sync(
-        self, buffers: list[bytes | memoryview], start: int, target: LogFile | None
+        self, buffers: list[bytes | bytearray | memoryview], start: int, target: LogFile | None
     ) -> LogFile:
         """Runs in a worker thread: write at log position `start` (into a new file when
         `target` is None), then fsync. Returns the file written."""
@@ -433,12 +433,16 @@ class SegmentLog:
     # --- reads -------------------------------------------------------------------------
 
     def read(self, position: int, length: int) -> bytes:
-        """Bytes at a log position; LogTrimmed if that file was trimmed."""
+        """Bytes at a log position; LogTrimmed if that file was trimmed. Blocking: on the
+        event loop use `read_many`."""
+        f = self._file_at(position)
+        return os.pread(f.fd, length, position - f.base)
+
+    def _file_at(self, position: int) -> LogFile:
         i = bisect.bisect_right(self._bases, position) - 1
         if i < 0:
             raise LogTrimmed(f"segment {self.segment_id} position {position}")
-        f = self.files[i]
-        return os.pread(f.fd, length, position - f.base)
+        return self.files[i]
 
     def read_file(self, f: LogFile) -> bytes:
         """A whole file's durable bytes (runs in a worker thread while building a chunk)."""
@@ -464,3 +468,46 @@ class SegmentLog:
             if f.fd >= 0:
                 os.close(f.fd)
                 f.fd = -1
+
+
+# Tier-1 reads run in worker threads, at most this many at once (they are page-cache hits
+# mostly; the bound keeps a burst of cold reads from taking every thread).
+_READ_THREADS = 8
+_read_limiter: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("tier1_reads")
+
+
+async def read_many(reads: Sequence[tuple[SegmentLog, int, int]]) -> list[bytes]:
+    """The bytes at (log, position, length) each, read off the event loop in one thread
+    hop. LogTrimmed (raised before any read) if a position's file was trimmed.
+
+    Each file descriptor is duplicated first, on the loop: a trim or close meanwhile closes
+    only the original, so the thread never reads a closed (or reused) descriptor.
+    """
+    jobs: list[tuple[int, int, int]] = []
+    try:
+        for segment, position, length in reads:
+            f = segment._file_at(position)
+            jobs.append((os.dup(f.fd), length, position - f.base))
+    except BaseException:
+        for fd, _length, _offset in jobs:
+            os.close(fd)
+        raise
+    if not jobs:
+        return []
+    try:
+        limiter = _read_limiter.get()
+    except LookupError:
+        limiter = trio.CapacityLimiter(_READ_THREADS)
+        _read_limiter.set(limiter)
+    return await trio.to_thread.run_sync(_pread_all, jobs, limiter=limiter)
+
+
+def _pread_all(jobs: list[tuple[int, int, int]]) -> list[bytes]:
+    out = []
+    try:
+        for fd, length, offset in jobs:
+            out.append(os.pread(fd, length, offset))
+    finally:
+        for fd, _length, _offset in jobs:
+            os.close(fd)
+    return out

@@ -38,6 +38,8 @@ from urllib.parse import urlsplit
 
 import trio
 
+from ..api import StoreUnavailable
+
 T = TypeVar("T")
 
 DEFAULT_S3_REGION = "us-east-1"
@@ -45,7 +47,7 @@ S3_DELETE_BATCH = 1000  # the maximum number of keys one DeleteObjects request m
 _TMP_MARK = ".tmp-"
 
 
-class ObjectStoreUnavailable(Exception):
+class ObjectStoreUnavailable(StoreUnavailable):
     """The store could not be reached or refused to serve for now; retrying later may work."""
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from core.api import TopicError, validate_topic_name
 from core.errors import ErrorCode
-from core.store import TopicError, validate_topic_name
 from gateway.protocol.apis import SUPPORTED_APIS
 from gateway.protocol.codec import RequestHeader
 from gateway.protocol.metadata_response import TopicMetadata, encode_metadata_response
@@ -44,8 +44,8 @@ async def metadata(ctx: GatewayContext, header: RequestHeader, body: Any) -> byt
     auto_create = getattr(body, "allow_auto_topic_creation", True)
     topics: list[TopicMetadata] = []
     if requested is None or (header.api_version == 0 and not requested):
-        for stream in store.streams.values():
-            topics.append(TopicMetadata(ErrorCode.NONE, stream.name, stream.partition_count))
+        for existing in store.topics():
+            topics.append(TopicMetadata(ErrorCode.NONE, existing.name, existing.partition_count))
     else:
         for item in requested:
             name = item.name
@@ -96,7 +96,7 @@ async def create_topics(ctx: GatewayContext, header: RequestHeader, body: Any) -
                 count, checked = ctx.store.check_new_topic(topic.name, partitions, configs)
             else:
                 stream = ctx.store.create_topic(topic.name, partitions, configs)
-                count, checked = stream.partition_count, stream.record.configs
+                count, checked = stream.partition_count, stream.configs
             result["num_partitions"] = count
             result["replication_factor"] = 1
             result["configs"] = [  # v5+: every config of the new topic, with its source
@@ -120,7 +120,7 @@ async def delete_topics(ctx: GatewayContext, header: RequestHeader, body: Any) -
     responses = []
     for name in body.topic_names:
         try:
-            ctx.store.delete_topic(name)
+            await ctx.store.delete_topic(name)
             responses.append({"name": name, "error_code": ErrorCode.NONE})
         except TopicError as exc:
             responses.append(
@@ -147,6 +147,6 @@ async def init_producer_id(ctx: GatewayContext, header: RequestHeader, body: Any
         }
     return {
         "error_code": ErrorCode.NONE,
-        "producer_id": ctx.store.allocate_producer_id(),
+        "producer_id": await ctx.store.allocate_producer_id(),
         "producer_epoch": 0,
     }

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from core.api import TopicError
 from core.errors import ErrorCode
-from core.store import TopicError
 from gateway.protocol.codec import RequestHeader
 
 from .context import GatewayContext

@@ -11,9 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from core.api import Topic, TopicError
 from core.errors import ErrorCode
-from core.store import TopicError
-from core.stream import Stream
 from core.topic_config import ConfigEntry, ConfigError, apply_alter_ops, describe_topic_configs
 from gateway.protocol.codec import RequestHeader
 
@@ -88,7 +87,7 @@ def _describe_resource(
         stream = ctx.store.get(name)
         if stream is None:
             raise _ResourceError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}")
-        return describe_topic_configs(stream.record.configs, static_broker_values(ctx), keys)
+        return describe_topic_configs(stream.configs, static_broker_values(ctx), keys)
     if resource_type == RESOURCE_BROKER:
         if name == "":
             return []  # cluster-wide dynamic broker defaults: streamgate has none
@@ -121,7 +120,7 @@ async def alter_configs(ctx: GatewayContext, header: RequestHeader, body: Any) -
     responses = []
     for resource in body.resources:
 
-        def replacement(stream: Stream, resource: Any = resource) -> dict[str, str | None]:
+        def replacement(stream: Topic, resource: Any = resource) -> dict[str, str | None]:
             names = [c.name for c in resource.configs]
             if len(set(names)) != len(names):
                 raise ConfigError("duplicate config names", ErrorCode.INVALID_REQUEST)
@@ -138,9 +137,9 @@ async def incremental_alter_configs(
     responses = []
     for resource in body.resources:
 
-        def altered(stream: Stream, resource: Any = resource) -> dict[str, str]:
+        def altered(stream: Topic, resource: Any = resource) -> dict[str, str]:
             ops = [(c.name, c.config_operation, c.value) for c in resource.configs]
-            return apply_alter_ops(stream.record.configs, ops, stream.partition_count)
+            return apply_alter_ops(stream.configs, ops, stream.partition_count)
 
         responses.append(_alter_resource(ctx, resource, altered, body.validate_only))
     return {"responses": responses}
@@ -149,7 +148,7 @@ async def incremental_alter_configs(
 def _alter_resource(
     ctx: GatewayContext,
     resource: Any,
-    new_configs: Callable[[Stream], Mapping[str, str | None]],
+    new_configs: Callable[[Topic], Mapping[str, str | None]],
     validate_only: bool,
 ) -> dict[str, Any]:
     response: dict[str, Any] = {

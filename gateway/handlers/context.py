@@ -6,8 +6,8 @@ import uuid
 from contextvars import ContextVar
 from dataclasses import dataclass
 
+from core.api import Store
 from core.groups import GroupCoordinator
-from core.store import StreamStore
 
 NODE_ID = 1
 ZERO_UUID = uuid.UUID(int=0)
@@ -20,7 +20,7 @@ CLIENT_HOST: ContextVar[str] = ContextVar("client_host", default="")
 
 @dataclass(slots=True)
 class GatewayContext:
-    store: StreamStore
+    store: Store
     advertised_host: str
     advertised_port: int
     groups: GroupCoordinator

@@ -2,26 +2,22 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable
 from typing import Any
 
 import trio
 
+from core.api import AppendResult, PendingAppend, StoreError, Topic, TopicError
 from core.errors import ErrorCode
-from core.segments.objectstore import ObjectNotFound, ObjectStoreUnavailable
-from core.store import TopicError
-from core.stream import AppendResult, PendingProduce
 from core.topic_config import max_message_bytes
+from gateway.errors import log_store_error
 from gateway.protocol.codec import RequestHeader
 from gateway.protocol.fetch_response import PartitionData, encode_fetch_response
 
 from .context import GatewayContext
 
-log = logging.getLogger(__name__)
-
 _VALID_ACKS = (-1, 0, 1)
-# ListOffsets special timestamps; -3 (max timestamp) is resolved by Stream.offset_for_timestamp.
+# ListOffsets special timestamps; -3 (max timestamp) is resolved by Topic.offset_for_timestamp.
 _EARLIEST, _LATEST = -2, -1
 
 
@@ -35,10 +31,10 @@ def produce(
     are appended in the order they were sent, whatever order their tasks later run in.
     """
     acks = body.acks
-    started: dict[tuple[str, int], AppendResult | PendingProduce] = {}
+    started: dict[tuple[str, int], AppendResult | PendingAppend] = {}
     for topic in body.topic_data:
-        stream = None
-        error = ErrorCode.NONE
+        stream: Topic | None = None
+        error: int = ErrorCode.NONE
         if acks not in _VALID_ACKS:
             error = ErrorCode.INVALID_REQUIRED_ACKS
         elif body.transactional_id is not None:
@@ -52,7 +48,7 @@ def produce(
                 error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         limit = ctx.max_message_bytes
         if stream is not None:  # the topic's max.message.bytes overrides the gateway's
-            limit = max_message_bytes(stream.record.configs, limit)
+            limit = max_message_bytes(stream.configs, limit)
         for part in topic.partition_data:
             key = (topic.name, part.index)
             if stream is None:
@@ -65,7 +61,7 @@ def produce(
 
 
 async def _finish_produce(
-    body: Any, acks: int, started: dict[tuple[str, int], AppendResult | PendingProduce]
+    body: Any, acks: int, started: dict[tuple[str, int], AppendResult | PendingAppend]
 ) -> dict[str, Any] | None:
     # Every partition was queued before this first await: they share one group commit.
     results = {
@@ -197,9 +193,9 @@ async def list_offsets(ctx: GatewayContext, header: RequestHeader, body: Any) ->
                         offset, timestamp = await stream.offset_for_timestamp(
                             part.partition_index, part.timestamp
                         )
-                    except (ObjectStoreUnavailable, ObjectNotFound, OSError) as exc:
-                        log.warning("topic %s: timestamp lookup failed: %s", topic.name, exc)
-                        result["error_code"] = ErrorCode.KAFKA_STORAGE_ERROR
+                    except StoreError as exc:
+                        what = f"topic {topic.name}: timestamp lookup"
+                        result["error_code"] = log_store_error(what, exc)
                     else:
                         result["offset"], result["timestamp"] = offset, timestamp
             partitions.append(result)

@@ -191,7 +191,7 @@ def _describe(ctx: GatewayContext, group_id: str, operations: int) -> dict[str, 
 
 async def delete_groups(ctx: GatewayContext, header: RequestHeader, body: Any) -> dict[str, Any]:
     names = list(body.groups_names)
-    errors = ctx.groups.delete_groups(names)
+    errors = await ctx.groups.delete_groups(names)
     return {
         "results": [
             {"group_id": name, "error_code": error}

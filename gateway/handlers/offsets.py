@@ -46,7 +46,7 @@ async def offset_commit(ctx: GatewayContext, header: RequestHeader, body: Any) -
                     )
                 )
     if accepted:
-        error = ctx.groups.commit_offsets(
+        error = await ctx.groups.commit_offsets(
             group_id,
             body.generation_id_or_member_epoch,
             body.member_id,
@@ -116,7 +116,7 @@ def _fetched(index: int, offset: CommittedOffset | None) -> dict[str, Any]:
 async def offset_delete(ctx: GatewayContext, header: RequestHeader, body: Any) -> dict[str, Any]:
     requested = list(_partitions(body.topics))
     known = [p for p in requested if _exists(ctx, *p)]
-    error, results = ctx.groups.delete_offsets(body.group_id, known)
+    error, results = await ctx.groups.delete_offsets(body.group_id, known)
     if error:
         return {"error_code": error}
     return {

@@ -7,16 +7,13 @@ returns, so `timeout_ms` has nothing to wait for and is ignored.
 
 from __future__ import annotations
 
-import logging
-import sqlite3
 from typing import Any
 
-from core.errors import ErrorCode
+from core.api import StoreError
+from gateway.errors import log_store_error
 from gateway.protocol.codec import RequestHeader
 
 from .context import GatewayContext
-
-log = logging.getLogger(__name__)
 
 
 async def delete_records(ctx: GatewayContext, header: RequestHeader, body: Any) -> dict[str, Any]:
@@ -28,18 +25,12 @@ async def delete_records(ctx: GatewayContext, header: RequestHeader, body: Any) 
         partitions = []
         for part in topic.partitions:
             try:
-                error, low_watermark = ctx.store.delete_records(
+                error, low_watermark = await ctx.store.delete_records(
                     topic.name, part.partition_index, part.offset
                 )
-            except (sqlite3.Error, OSError) as exc:
-                log.error(
-                    "DeleteRecords %s[%d] to %d failed: %s",
-                    topic.name,
-                    part.partition_index,
-                    part.offset,
-                    exc,
-                )
-                error, low_watermark = ErrorCode.KAFKA_STORAGE_ERROR, -1
+            except StoreError as exc:
+                what = f"DeleteRecords {topic.name}[{part.partition_index}] to {part.offset}"
+                error, low_watermark = log_store_error(what, exc), -1
             partitions.append(
                 {
                     "partition_index": part.partition_index,

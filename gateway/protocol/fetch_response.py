@@ -10,8 +10,8 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
+from .wire import I32, array_len, string, uvarint
+
 _HEAD_V7 = struct.Struct(">ihi")  # throttle_time_ms, error_code, session_id
 _PARTITION = struct.Struct(">ihqqq")  # index, error, high watermark, last stable, log start
 
@@ -23,29 +23,11 @@ class PartitionData:
     high_watermark: int = -1
     log_start_offset: int = -1
     # Whole record batches, in offset order; empty list means no records.
-    batches: list[bytes | memoryview] = field(default_factory=list)
+    batches: Sequence[bytes | memoryview] = field(default_factory=list)
 
     @property
     def records_size(self) -> int:
         return sum(len(b) for b in self.batches)
-
-
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _string(value: str, flexible: bool) -> bytes:
-    raw = value.encode()
-    return (_uvarint(len(raw) + 1) if flexible else _I16.pack(len(raw))) + raw
-
-
-def _array_len(count: int, flexible: bool) -> bytes:
-    return _uvarint(count + 1) if flexible else _I32.pack(count)
 
 
 def encode_fetch_response(
@@ -58,18 +40,18 @@ def encode_fetch_response(
 ) -> list[bytes | memoryview]:
     """Return the response (header + body, no size prefix) as a list of buffers."""
     flexible = version >= 12
-    parts: list[bytes | memoryview] = [_I32.pack(correlation_id)]
+    parts: list[bytes | memoryview] = [I32.pack(correlation_id)]
     if flexible:
         parts.append(b"\x00")  # response header v1 tagged fields
     if version >= 7:
         parts.append(_HEAD_V7.pack(throttle_time_ms, error_code, 0))
     else:
-        parts.append(_I32.pack(throttle_time_ms))
-    parts.append(_array_len(len(topics), flexible))
-    empty_aborted = _array_len(0, flexible)
+        parts.append(I32.pack(throttle_time_ms))
+    parts.append(array_len(len(topics), flexible))
+    empty_aborted = array_len(0, flexible)
     for name, partitions in topics:
-        parts.append(_string(name, flexible))
-        parts.append(_array_len(len(partitions), flexible))
+        parts.append(string(name, flexible))
+        parts.append(array_len(len(partitions), flexible))
         for p in partitions:
             head = _PARTITION.pack(
                 p.partition, p.error_code, p.high_watermark, p.high_watermark, p.log_start_offset
@@ -77,9 +59,9 @@ def encode_fetch_response(
             parts.append(head if version >= 5 else head[:-8])
             parts.append(empty_aborted)
             if version >= 11:
-                parts.append(_I32.pack(-1))  # preferred read replica
+                parts.append(I32.pack(-1))  # preferred read replica
             size = p.records_size
-            parts.append(_uvarint(size + 1) if flexible else _I32.pack(size))
+            parts.append(uvarint(size + 1) if flexible else I32.pack(size))
             parts.extend(p.batches)
             if flexible:
                 parts.append(b"\x00")

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
+from .wire import I16, I32, array_len, string
+
 _PARTITION_V0 = struct.Struct(">hii")  # error, index, leader
 _PARTITION_V7 = struct.Struct(">hiii")  # + leader epoch
 _NO_OPERATIONS = -(2**31)  # authorized operations not requested
@@ -29,37 +29,17 @@ class TopicMetadata:
     topic_id: uuid.UUID = uuid.UUID(int=0)
 
 
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _string(value: str | None, flexible: bool) -> bytes:
-    if value is None:
-        return b"\x00" if flexible else _I16.pack(-1)
-    raw = value.encode()
-    return (_uvarint(len(raw) + 1) if flexible else _I16.pack(len(raw))) + raw
-
-
-def _array_len(count: int, flexible: bool) -> bytes:
-    return _uvarint(count + 1) if flexible else _I32.pack(count)
-
-
 @lru_cache(maxsize=512)
 def _partitions(version: int, node_id: int, count: int) -> bytes:
     """The encoded partitions array of a topic whose partitions 0..count-1 this node leads."""
     flexible = version >= 9
-    nodes = _array_len(1, flexible) + _I32.pack(node_id)
+    nodes = array_len(1, flexible) + I32.pack(node_id)
     tail = nodes + nodes  # replicas, in-sync replicas
     if version >= 5:
-        tail += _array_len(0, flexible)  # offline replicas
+        tail += array_len(0, flexible)  # offline replicas
     if flexible:
         tail += b"\x00"
-    parts = [_array_len(count, flexible)]
+    parts = [array_len(count, flexible)]
     if version >= 7:
         pack = _PARTITION_V7.pack
         parts.extend(pack(0, i, node_id, 0) + tail for i in range(count))
@@ -81,36 +61,36 @@ def encode_metadata_response(
 ) -> bytes:
     """The response (header + body, no size prefix); `brokers` are (node, host, port)."""
     flexible = version >= 9
-    out = [_I32.pack(correlation_id)]
+    out = [I32.pack(correlation_id)]
     if flexible:
         out.append(b"\x00")  # response header v1 tagged fields
     if version >= 3:
-        out.append(_I32.pack(0))  # throttle time
-    out.append(_array_len(len(brokers), flexible))
+        out.append(I32.pack(0))  # throttle time
+    out.append(array_len(len(brokers), flexible))
     for broker_id, host, port in brokers:
-        out += [_I32.pack(broker_id), _string(host, flexible), _I32.pack(port)]
+        out += [I32.pack(broker_id), string(host, flexible), I32.pack(port)]
         if version >= 1:
-            out.append(_string(None, flexible))  # rack
+            out.append(string(None, flexible))  # rack
         if flexible:
             out.append(b"\x00")
     if version >= 2:
-        out.append(_string(cluster_id, flexible))
+        out.append(string(cluster_id, flexible))
     if version >= 1:
-        out.append(_I32.pack(controller_id))
-    out.append(_array_len(len(topics), flexible))
+        out.append(I32.pack(controller_id))
+    out.append(array_len(len(topics), flexible))
     for topic in topics:
-        out += [_I16.pack(topic.error_code), _string(topic.name, flexible)]
+        out += [I16.pack(topic.error_code), string(topic.name, flexible)]
         if version >= 10:
             out.append(topic.topic_id.bytes)
         if version >= 1:
             out.append(b"\x00")  # is_internal
         out.append(_partitions(version, node_id, topic.partitions))
         if version >= 8:
-            out.append(_I32.pack(_NO_OPERATIONS))
+            out.append(I32.pack(_NO_OPERATIONS))
         if flexible:
             out.append(b"\x00")
     if 8 <= version <= 10:
-        out.append(_I32.pack(cluster_authorized_operations))
+        out.append(I32.pack(cluster_authorized_operations))
     if flexible:
         out.append(b"\x00")
     return b"".join(out)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import fields
 from functools import cache
-from typing import Any
+from typing import Any, cast
 
 from kio import _kio_native as native
 from kio.serial._introspect import (
@@ -133,7 +133,7 @@ def _nullable_entity(entity: type) -> Reader:
 @cache
 def entity_reader(cls: type) -> Reader:
     """A reader for kio entity `cls`: (buffer, position) -> (instance, new position)."""
-    flexible = bool(cls.__flexible__)
+    flexible = bool(cast(Any, cls).__flexible__)  # kio entities carry it
     regular: list[tuple[str, Reader]] = []
     tagged: dict[int, tuple[str, Reader]] = {}
     defaults: dict[str, Any] = {}

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import trio
 
-from ..stream import Stream
-from .plan import ScaleError
-from .policy import Decision, ScalingPolicy, SegmentLoad, decide
+from .scaling.plan import ScaleError
+from .scaling.policy import Decision, ScalingPolicy, SegmentLoad, decide
+from .stream import Stream
 
 log = logging.getLogger(__name__)
 

@@ -35,6 +35,9 @@ import crc32c
 
 __all__ = [
     "BATCH_HEADER_SIZE",
+    "LAST_OFFSET_DELTA_OFFSET",
+    "LOG_OVERHEAD",
+    "MAX_TIMESTAMP_OFFSET",
     "COMPRESSION_GZIP",
     "COMPRESSION_LZ4",
     "COMPRESSION_NONE",
@@ -49,6 +52,9 @@ __all__ = [
     "BatchHeader",
     "Record",
     "RecordBatchError",
+    "batch_base_and_length",
+    "batch_last_offset",
+    "batch_max_timestamp",
     "build_batch",
     "decode_records",
     "find_offset_for_timestamp",
@@ -82,21 +88,34 @@ _TIMESTAMP_TYPE_BIT = 0x08
 _TRANSACTIONAL_BIT = 0x10
 _CONTROL_BIT = 0x20
 
-BATCH_HEADER_SIZE = 61
+# The fixed v2 header, field by field; every byte offset below is derived from it.
+_HEADER_FORMAT = ">qiibIhiqqqhii"
+_HEADER = struct.Struct(_HEADER_FORMAT)
+BATCH_HEADER_SIZE = _HEADER.size  # 61
+
+
+def _field_offset(index: int) -> int:
+    """Byte offset of the header's `index`-th field (0 = baseOffset)."""
+    return struct.calcsize(_HEADER_FORMAT[: index + 1])
+
+
 # baseOffset + batchLength precede the bytes counted by batchLength.
-_LOG_OVERHEAD = 12
+LOG_OVERHEAD = _field_offset(2)
+_LOG_OVERHEAD = LOG_OVERHEAD
 _MIN_BATCH_LENGTH = BATCH_HEADER_SIZE - _LOG_OVERHEAD
-_PARTITION_LEADER_EPOCH_OFFSET = 12
-_MAGIC_OFFSET = 16
-_CRC_OFFSET = 17
-_ATTRIBUTES_OFFSET = 21
+_PARTITION_LEADER_EPOCH_OFFSET = _field_offset(2)
+_MAGIC_OFFSET = _field_offset(3)
+_CRC_OFFSET = _field_offset(4)
+_ATTRIBUTES_OFFSET = _field_offset(5)
+LAST_OFFSET_DELTA_OFFSET = _field_offset(6)
+MAX_TIMESTAMP_OFFSET = _field_offset(8)
 _MAGIC_V2 = 2
 
-_HEADER = struct.Struct(">qiibIhiqqqhii")
 _I64 = struct.Struct(">q")
 _I32 = struct.Struct(">i")
 _U32 = struct.Struct(">I")
-assert _HEADER.size == BATCH_HEADER_SIZE
+_BASE_OFFSET_AND_LENGTH = struct.Struct(">qi")
+assert (_MAGIC_OFFSET, _ATTRIBUTES_OFFSET, MAX_TIMESTAMP_OFFSET) == (16, 21, 35)
 
 # Java (xerial snappy-java) and kafka-python wrap snappy in this block framing;
 # librdkafka and others send a single raw snappy block.
@@ -253,6 +272,24 @@ def patch_base_offset(buf: bytearray | memoryview, pos: int, base_offset: int) -
 def patch_partition_leader_epoch(buf: bytearray | memoryview, pos: int, epoch: int) -> None:
     """Rewrite partitionLeaderEpoch in place; also outside the CRC'd range."""
     _I32.pack_into(buf, pos + _PARTITION_LEADER_EPOCH_OFFSET, epoch)
+
+
+def batch_base_and_length(buf: BytesLike, pos: int = 0) -> tuple[int, int]:
+    """(baseOffset, batchLength) of the stored batch at `pos`."""
+    base, length = _BASE_OFFSET_AND_LENGTH.unpack_from(buf, pos)
+    return base, length
+
+
+def batch_last_offset(buf: BytesLike, pos: int = 0) -> int:
+    """baseOffset + lastOffsetDelta of the stored batch at `pos`."""
+    (base,) = _I64.unpack_from(buf, pos)
+    (delta,) = _I32.unpack_from(buf, pos + LAST_OFFSET_DELTA_OFFSET)
+    return int(base + delta)
+
+
+def batch_max_timestamp(buf: BytesLike, pos: int = 0) -> int:
+    (value,) = _I64.unpack_from(buf, pos + MAX_TIMESTAMP_OFFSET)
+    return int(value)
 
 
 # --- record-level decoding (not for the hot path) -------------------------------------------

@@ -29,10 +29,11 @@ _COLUMNS = (
 )
 
 
-def add_streams_parser(commands: Any) -> None:
+def register(commands: Any) -> None:
     """Add the `streams` command with its `describe` and `scale` subcommands."""
     default_admin = os.environ.get("STREAMGATE_ADMIN", DEFAULT_ADMIN)
     streams = commands.add_parser("streams", help="describe and scale a topic's segments")
+    streams.set_defaults(run=run_streams)
     actions = streams.add_subparsers(dest="streams_command", required=True)
     describe = actions.add_parser("describe", help="epochs and segments of a topic")
     scale = actions.add_parser("scale", help="split or merge segments by hand")

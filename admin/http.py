@@ -24,10 +24,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from core.api import ScaleResult, TopicError
 from core.scaling.plan import ScaleError
 from core.scaling.policy import ScalingPolicy
-from core.store import StreamStore, TopicError
-from core.stream import ScaleResult
+from core.store import StreamStore
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """`streamgate groups list` and `streamgate groups describe GROUP`.
 
-They talk to a running gateway over the Kafka protocol (`gateway.kafka_client`), the way
+They talk to a running gateway over the Kafka protocol (`kafkaclient`), the way
 `kafka-consumer-groups --list/--describe` talks to a broker: ListGroups; DescribeGroups for
 members and their assignments, OffsetFetch for committed offsets and ListOffsets (latest)
 for log end offsets, from which the lag follows.
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from core.groups.consumer_protocol import assigned_partitions
-from gateway.kafka_client import KafkaClient, KafkaClientError
 from gateway.protocol.apis import ApiKey
+from kafkaclient.client import KafkaClient, KafkaClientError
 
 _LATEST = -1
 _DEAD = "Dead"
@@ -27,10 +27,11 @@ _OFFSET_FETCH_V = 7
 _LIST_OFFSETS_V = 7
 
 
-def add_groups_parser(commands: Any) -> None:
+def register(commands: Any) -> None:
     """Add the `groups` command with its `list` and `describe` subcommands."""
     default_bootstrap = os.environ.get("STREAMGATE_BOOTSTRAP", "127.0.0.1:9092")
     groups = commands.add_parser("groups", help="list and describe consumer groups")
+    groups.set_defaults(run=run_groups)
     actions = groups.add_subparsers(dest="groups_command", required=True)
     for name, help_text in (
         ("list", "list the consumer groups"),
@@ -96,8 +97,8 @@ def describe_group(client: KafkaClient, group_id: str, out: TextIO) -> int:
     owners: dict[tuple[str, int], _Owner] = {}
     for member in group.members:
         owner = _Owner(member.member_id, member.client_host, member.client_id)
-        for topic, partitions in assigned_partitions(member.member_assignment).items():
-            for partition in partitions:
+        for topic, assigned in assigned_partitions(member.member_assignment).items():
+            for partition in assigned:
                 owners[(topic, partition)] = owner
     partitions = sorted(set(committed) | set(owners))
     log_end = _log_end_offsets(client, partitions)

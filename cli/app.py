@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 
 import trio
 
+from admin.http import AdminServer
 from core.groups import GroupCoordinator, GroupSettings
 from core.store import StoreSettings, StreamStore
 from core.tiering import TierSettings
-from gateway.admin_http import AdminServer
 from gateway.handlers.context import GatewayContext
 from gateway.server import Gateway, ServerSettings
 
@@ -30,6 +30,7 @@ class Settings:
     auto_create_topics: bool = True
     max_request_bytes: int = 100 * 1024 * 1024
     max_message_bytes: int = 8 * 1024 * 1024
+    connections_max_idle_ms: int = 600_000
     group_initial_rebalance_delay_ms: int = 300
     metrics_listen: tuple[str, int] | None = None  # admin/metrics HTTP endpoint, off if None
     scaling_window_s: float = 60.0
@@ -57,6 +58,7 @@ async def serve(settings: Settings) -> None:
         groups = GroupCoordinator(
             store.metadata,
             GroupSettings(initial_rebalance_delay=settings.group_initial_rebalance_delay_ms / 1000),
+            offload=store.worker.call,
         )
         store.on_topic_deleted.append(groups.on_topic_deleted)
         await root.start(groups.run)
@@ -110,7 +112,11 @@ async def _serve_tcp(
         max_request_bytes=settings.max_request_bytes,
         listener=f"{settings.listen_host}:{port}",
     )
-    gateway = Gateway(ctx, ServerSettings(max_request_bytes=settings.max_request_bytes))
+    server_settings = ServerSettings(
+        max_request_bytes=settings.max_request_bytes,
+        connections_max_idle_ms=settings.connections_max_idle_ms,
+    )
+    gateway = Gateway(ctx, server_settings)
     task_status.started(listeners)
     await trio.serve_listeners(gateway.handle_connection, listeners, handler_nursery=nursery)
 

@@ -1,20 +1,16 @@
-"""The `streamgate` command line. Every option can also come from a STREAMGATE_* variable."""
+"""`streamgate serve`: run the gateway. Every option can also come from a STREAMGATE_* variable."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import logging
 import os
 import resource
-import sys
 
 import trio
 
+from cli.app import Settings, serve
 from core.tiering import TierSettings
-from gateway.app import Settings, serve
-from gateway.groups_cli import add_groups_parser, run_groups
-from gateway.streams_cli import add_streams_parser, run_streams
 
 
 def _host_port(value: str) -> tuple[str, int]:
@@ -37,14 +33,14 @@ def _env(name: str, default: str | None = None) -> str | None:
     return os.environ.get(f"STREAMGATE_{name}", default)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="streamgate", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
+def register(commands: argparse._SubParsersAction) -> None:
+    """Add the `serve` command."""
     serve_cmd = commands.add_parser("serve", help="run the Kafka-protocol gateway")
+    serve_cmd.set_defaults(run=run)
     serve_cmd.add_argument(
         "--listen",
         type=_host_port,
-        default=_host_port(_env("LISTEN", "127.0.0.1:9092")),
+        default=_host_port(_env("LISTEN") or "127.0.0.1:9092"),
         help="address to listen on (STREAMGATE_LISTEN, default 127.0.0.1:9092)",
     )
     serve_cmd.add_argument(
@@ -163,13 +159,18 @@ def build_parser() -> argparse.ArgumentParser:
         "(STREAMGATE_RETENTION_CHECK_INTERVAL_MS, default 30000)",
     )
     serve_cmd.add_argument(
+        "--connections-max-idle-ms",
+        type=int,
+        default=int(_env("CONNECTIONS_MAX_IDLE_MS") or 600_000),
+        help="close a Kafka connection that sends no complete request for this long while "
+        "none is in flight (STREAMGATE_CONNECTIONS_MAX_IDLE_MS, default 600000, as Kafka's "
+        "connections.max.idle.ms)",
+    )
+    serve_cmd.add_argument(
         "--log-level",
         default=_env("LOG_LEVEL", "INFO"),
         help="DEBUG, INFO, WARNING (STREAMGATE_LOG_LEVEL)",
     )
-    add_groups_parser(commands)
-    add_streams_parser(commands)
-    return parser
 
 
 def _raise_open_file_limit() -> None:
@@ -182,50 +183,36 @@ def _raise_open_file_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=getattr(args, "log_level", "WARNING").upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
+def run(args: argparse.Namespace) -> int:
+    _raise_open_file_limit()
+    advertised_host, advertised_port = args.advertised_listener or (None, None)
+    settings = Settings(
+        listen_host=args.listen[0],
+        listen_port=args.listen[1],
+        data_dir=args.data_dir,
+        advertised_host=advertised_host,
+        advertised_port=advertised_port,
+        default_partitions=args.default_partitions,
+        auto_create_topics=args.auto_create_topics,
+        max_request_bytes=args.max_request_bytes,
+        max_message_bytes=args.max_message_bytes,
+        connections_max_idle_ms=args.connections_max_idle_ms,
+        group_initial_rebalance_delay_ms=args.group_initial_rebalance_delay_ms,
+        metrics_listen=args.metrics_listen,
+        scaling_window_s=args.scaling_window_s,
+        # Default: evaluate a dozen times per window, at most every 5 s.
+        scaling_interval_s=args.scaling_interval_s or min(5.0, args.scaling_window_s / 12),
+        tier2_url=args.tier2,
+        s3_endpoint=args.s3_endpoint,
+        tier=TierSettings(
+            chunk_bytes=args.chunk_bytes,
+            chunk_age_s=args.chunk_age_ms / 1000,
+            tier1_budget_bytes=args.tier1_budget_bytes,
+            local_retain_bytes=args.local_retain_bytes,
+            cache_bytes=args.tier2_cache_bytes,
+            retention_check_interval_s=args.retention_check_interval_ms / 1000,
+        ),
     )
-    if args.command == "serve":
-        _raise_open_file_limit()
-        advertised_host, advertised_port = args.advertised_listener or (None, None)
-        settings = Settings(
-            listen_host=args.listen[0],
-            listen_port=args.listen[1],
-            data_dir=args.data_dir,
-            advertised_host=advertised_host,
-            advertised_port=advertised_port,
-            default_partitions=args.default_partitions,
-            auto_create_topics=args.auto_create_topics,
-            max_request_bytes=args.max_request_bytes,
-            max_message_bytes=args.max_message_bytes,
-            group_initial_rebalance_delay_ms=args.group_initial_rebalance_delay_ms,
-            metrics_listen=args.metrics_listen,
-            scaling_window_s=args.scaling_window_s,
-            # Default: evaluate a dozen times per window, at most every 5 s.
-            scaling_interval_s=args.scaling_interval_s or min(5.0, args.scaling_window_s / 12),
-            tier2_url=args.tier2,
-            s3_endpoint=args.s3_endpoint,
-            tier=TierSettings(
-                chunk_bytes=args.chunk_bytes,
-                chunk_age_s=args.chunk_age_ms / 1000,
-                tier1_budget_bytes=args.tier1_budget_bytes,
-                local_retain_bytes=args.local_retain_bytes,
-                cache_bytes=args.tier2_cache_bytes,
-                retention_check_interval_s=args.retention_check_interval_ms / 1000,
-            ),
-        )
-        os.makedirs(settings.data_dir, exist_ok=True)
-        trio.run(serve, settings)
-    elif args.command == "groups":
-        return run_groups(args)
-    elif args.command == "streams":
-        return run_streams(args)
+    os.makedirs(settings.data_dir, exist_ok=True)
+    trio.run(serve, settings)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

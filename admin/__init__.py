@@ -1,0 +1,1 @@
+"""The admin/metrics HTTP API (`serve --metrics-listen`)."""

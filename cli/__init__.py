@@ -1,0 +1,1 @@
+"""The `streamgate` command line (serve, groups, streams, and plugged-in commands)."""

@@ -1,0 +1,41 @@
+"""The `streamgate` command line: one subcommand per plugin module.
+
+A plugin is a module with `register(commands)`, which adds its subparser(s) to `commands`
+(argparse's subparsers action) and sets `run` (a function of the parsed arguments that
+returns the exit code) as a default. Another package plugs in a command by adding its
+module to `PLUGINS` (e.g. `bridge.cli` for `streamgate bridge mqtt ...`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+PLUGINS: tuple[str, ...] = ("cli.serve", "cli.groups", "cli.streams")
+
+
+def build_parser(plugins: tuple[str, ...] = PLUGINS) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="streamgate", description="A Kafka wire-protocol gateway in front of a stream store."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name in plugins:
+        importlib.import_module(name).register(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=getattr(args, "log_level", "WARNING").upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    code: int = args.run(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,198 @@
+"""What the Kafka layer needs from a stream store: the interface, its results and its errors.
+
+`gateway/` depends on these protocols only, never on a concrete engine, so another engine
+(an in-memory store for handler tests, PostgreSQL metadata for several nodes) plugs in by
+satisfying them. `core.store.StreamStore` is today's engine.
+
+Errors: a store raises `StoreError` subclasses, never its backends' exceptions (sqlite3,
+object-store clients, OS errors). `retriable` says whether the same request may succeed
+later; the gateway maps them to Kafka error codes in one place (`gateway/errors.py`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+import trio
+
+from .errors import ErrorCode
+from .metadata import SegmentRecord
+
+# --- errors ------------------------------------------------------------------------------
+
+
+class StoreError(Exception):
+    """A request the store could not carry out."""
+
+    retriable = False
+
+
+class TopicError(StoreError):
+    """A topic-level request was refused; `error_code` is the Kafka error code."""
+
+    def __init__(self, error_code: int, message: str) -> None:
+        super().__init__(message)
+        self.error_code = error_code
+
+
+class StoreUnavailable(StoreError):
+    """A backend the request needs is down or behind (e.g. tier 2); retry later."""
+
+    retriable = True
+
+
+class StorageError(StoreError):
+    """Local storage (the log or the metadata database) failed the request."""
+
+    retriable = True
+
+
+# --- results -----------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class AppendResult:
+    error: int
+    base_offset: int = -1
+    log_start_offset: int = -1
+    message: str | None = None
+
+
+@dataclass(slots=True)
+class ReadResult:
+    error: int
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    batches: list[bytes] | None = None
+
+
+@dataclass(slots=True)
+class ScaleResult:
+    kind: str  # "split" or "merge"
+    epoch: int
+    sealed: list[int]
+    successors: list[SegmentRecord]
+
+
+class PendingAppend(Protocol):
+    """An append that is queued; `wait` returns its result once it is durable."""
+
+    def wait(self) -> Awaitable[AppendResult]: ...
+
+
+# --- the interface -----------------------------------------------------------------------
+
+
+class PartitionView(Protocol):
+    """One virtual partition's offsets, and a way to wait for new data."""
+
+    @property
+    def high_watermark(self) -> int: ...
+
+    @property
+    def log_start_offset(self) -> int: ...
+
+    def add_waiter(self, event: trio.Event) -> None:
+        """Set `event` the next time the high watermark moves or the partition goes away."""
+
+    def remove_waiter(self, event: trio.Event) -> None: ...
+
+
+class Topic(Protocol):
+    """A topic: its partitions, appends, reads and timestamp lookups."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def partition_count(self) -> int: ...
+
+    @property
+    def configs(self) -> dict[str, str]: ...
+
+    def has_partition(self, index: int) -> bool: ...
+
+    def partition(self, index: int) -> PartitionView: ...
+
+    def start_append(
+        self, index: int, records: bytes | memoryview | None, acks: int
+    ) -> AppendResult | PendingAppend:
+        """Validate and queue synchronously (so request order is append order); the final
+        result (an error, or acks=0) or a PendingAppend to await."""
+        ...
+
+    async def read(
+        self, index: int, offset: int, max_bytes: int, first_may_exceed: bool = True
+    ) -> ReadResult: ...
+
+    async def offset_for_timestamp(self, index: int, timestamp: int) -> tuple[int, int]:
+        """(offset, timestamp) of the first record at or after `timestamp`; (-1, -1) if
+        none; timestamp -3 = the record with the largest timestamp. StoreUnavailable."""
+        ...
+
+
+class BrokerDefaults(Protocol):
+    """The store settings the broker's DescribeConfigs reports."""
+
+    @property
+    def data_dir(self) -> str: ...
+
+    @property
+    def default_partitions(self) -> int: ...
+
+    @property
+    def auto_create_topics(self) -> bool: ...
+
+
+class Store(Protocol):
+    """Topics and producer ids. Methods raise TopicError / StoreError as documented."""
+
+    @property
+    def cluster_id(self) -> str: ...
+
+    @property
+    def settings(self) -> BrokerDefaults: ...
+
+    def topics(self) -> Iterable[Topic]: ...
+
+    def get(self, name: str) -> Topic | None: ...
+
+    def get_or_create(self, name: str) -> Topic | None:
+        """The topic, auto-created with the default partition count if allowed."""
+        ...
+
+    def check_new_topic(
+        self, name: str, partitions: int = -1, configs: Mapping[str, str | None] | None = None
+    ) -> tuple[int, dict[str, str]]:
+        """What `create_topic` would create (partition count, normalised configs)."""
+        ...
+
+    def create_topic(
+        self, name: str, partitions: int = -1, configs: Mapping[str, str | None] | None = None
+    ) -> Topic: ...
+
+    def delete_topic(self, name: str) -> Awaitable[None]: ...
+
+    def update_topic_configs(
+        self, name: str, configs: Mapping[str, str | None], validate_only: bool = False
+    ) -> dict[str, str]: ...
+
+    def grow_partitions(self, name: str, count: int, validate_only: bool = False) -> None: ...
+
+    def delete_records(self, name: str, index: int, offset: int) -> Awaitable[tuple[int, int]]:
+        """Raise a partition's log start offset durably: (error code, low watermark)."""
+        ...
+
+    def allocate_producer_id(self) -> Awaitable[int]: ...
+
+
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+
+
+def validate_topic_name(name: str | None) -> None:
+    """Kafka's rule for topic names; TopicError (INVALID_TOPIC_EXCEPTION) otherwise."""
+    if not name or name in (".", "..") or not _LEGAL_TOPIC.match(name):
+        raise TopicError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"illegal topic name {name!r}")

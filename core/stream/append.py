@@ -1,0 +1,152 @@
+"""Produce: validating batches, assigning offsets, idempotent-producer checks, durability."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple, cast
+
+import trio
+
+from ..api import AppendResult
+from ..errors import ErrorCode
+from ..partition import Partition
+from ..recordbatch import RecordBatchError, patch_base_offset, split_batches
+from ..segments.log import PendingAppend as LogAppend
+
+if TYPE_CHECKING:
+    from .stream import Stream
+
+log = logging.getLogger(__name__)
+
+_PARTITION_LEADER_EPOCH = 0
+
+
+class Ticket:
+    """Completion of one queued append: set when durable, or with an error when it failed."""
+
+    __slots__ = ("event", "error")
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.error = ErrorCode.NONE
+
+
+class AppendToken(NamedTuple):
+    """What a queued log entry carries back to `on_durable` / `on_failed`."""
+
+    partition: Partition
+    base_offset: int
+    end_offset: int
+    ticket: Ticket | None
+
+
+@dataclass(slots=True)
+class PendingProduce:
+    """An append that is queued; `wait` returns its result once it is durable."""
+
+    partition: Partition
+    first_offset: int
+    end_offset: int
+    ticket: Ticket | None  # None when every batch was a retried duplicate
+
+    async def wait(self) -> AppendResult:
+        partition = self.partition
+        if self.ticket is not None:
+            await self.ticket.event.wait()
+            if self.ticket.error:
+                return AppendResult(self.ticket.error, message="write to the log failed")
+        while partition.high_watermark < self.end_offset:  # a duplicate still in flight
+            if partition.next_offset < self.end_offset:
+                return AppendResult(ErrorCode.KAFKA_STORAGE_ERROR, message="write failed")
+            event = trio.Event()
+            partition.add_waiter(event)
+            await event.wait()
+        return AppendResult(ErrorCode.NONE, self.first_offset, partition.log_start_offset)
+
+
+def start_append(
+    stream: Stream, index: int, records: bytes | memoryview | None, acks: int
+) -> AppendResult | PendingProduce:
+    """Validate a Produce request's records and queue them on the partition's segment.
+
+    Synchronous, so callers that run it in request order get appends in request order.
+    Returns the final result (an error, or acks=0), or a PendingProduce to await.
+    """
+    if stream.deleted or not stream.has_partition(index):
+        return AppendResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    if stream.usage.full:  # tier 2 is behind (or down): retriable, nothing is written
+        return AppendResult(
+            ErrorCode.KAFKA_STORAGE_ERROR,
+            message="local log budget is full until tier 2 catches up; retry",
+        )
+    try:
+        batches = split_batches(records or b"")
+    except RecordBatchError as exc:
+        return AppendResult(exc.error_code, message=str(exc))
+    if not batches:
+        return AppendResult(ErrorCode.CORRUPT_MESSAGE, message="no record batch")
+    partition = stream.partition(index)
+    for header, _ in batches:
+        if header.is_transactional or header.is_control:
+            return AppendResult(ErrorCode.INVALID_RECORD, message="transactions are not supported")
+    segment_id = stream.ownership.owner_of(index)
+    segment = stream.segments[segment_id]
+    stats = stream.stats[segment_id]
+    first_offset: int | None = None
+    ticket: Ticket | None = None
+    wait_for_offset = 0
+    for header, view in batches:
+        if header.producer_id >= 0:
+            check = partition.check_sequence(
+                header.producer_id,
+                header.producer_epoch,
+                header.base_sequence,
+                header.record_count,
+            )
+            if check.error:
+                return AppendResult(check.error, message="producer sequence check failed")
+            if check.duplicate_of is not None:  # a retry of a batch we already have
+                first_offset = check.duplicate_of if first_offset is None else first_offset
+                wait_for_offset = max(wait_for_offset, check.duplicate_of + 1)
+                continue
+        base_offset = partition.next_offset
+        batch = bytearray(view)
+        patch_base_offset(batch, 0, base_offset)
+        batch[12:16] = _PARTITION_LEADER_EPOCH.to_bytes(4, "big", signed=True)
+        ticket = Ticket() if acks != 0 else None
+        end = base_offset + header.record_count
+        token = AppendToken(partition, base_offset, end, ticket)
+        pending = segment.append(index, batch, token)
+        partition.index_batch(header, base_offset, segment_id, pending.position, len(batch))
+        stats.bytes_in += len(batch)
+        stats.records_in += header.record_count
+        partition.bytes_in += len(batch)
+        partition.records_in += header.record_count
+        first_offset = base_offset if first_offset is None else first_offset
+        wait_for_offset = end
+    assert first_offset is not None
+    if acks == 0:
+        return AppendResult(ErrorCode.NONE, first_offset, partition.log_start_offset)
+    return PendingProduce(partition, first_offset, wait_for_offset, ticket)
+
+
+def on_durable(appended: list[LogAppend]) -> None:
+    """A segment log fsync'd these appends: advance high watermarks, wake the producers."""
+    for pending in appended:
+        partition, _base, end, ticket = cast(AppendToken, pending.token)
+        partition.advance_high_watermark(end)
+        if ticket is not None:
+            ticket.event.set()
+
+
+def on_failed(stream_name: str, failed: list[LogAppend], exc: Exception) -> None:
+    """A segment log could not write these appends: forget them, fail the producers."""
+    log.error("stream %s: %d appends failed: %s", stream_name, len(failed), exc)
+    for pending in failed:
+        partition, base, _end, ticket = cast(AppendToken, pending.token)
+        if partition.next_offset > base:
+            partition.truncate_to(base)
+        if ticket is not None:
+            ticket.error = ErrorCode.KAFKA_STORAGE_ERROR
+            ticket.event.set()

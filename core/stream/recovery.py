@@ -1,0 +1,111 @@
+"""Opening a stream on start: legacy file names, orphan files, replaying every log."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import TYPE_CHECKING
+
+from ..recordbatch import read_batch_header
+from ..segments.log import SegmentLog, log_file_name, parse_log_file_name
+from .stats import SegmentStats
+
+if TYPE_CHECKING:
+    from .stream import Stream
+
+log = logging.getLogger(__name__)
+
+
+def _legacy_segment_of_file(name: str) -> int | None:
+    """The segment id of a pre-rolling `segment-<id>.log` file name."""
+    middle = name[len("segment-") : -len(".log")]
+    if name.startswith("segment-") and name.endswith(".log") and middle.isdigit():
+        return int(middle)
+    return None
+
+
+def _scan_log_files(stream: Stream) -> dict[int, list[int]]:
+    """Base positions of each known segment's files; renames pre-rolling files, removes
+    files of segments without a metadata row (a scale event that crashed before its
+    commit)."""
+    known = {seg.segment_id for seg in stream.record.segments}
+    bases: dict[int, list[int]] = {}
+    for entry in os.listdir(stream.directory):
+        parsed = parse_log_file_name(entry)
+        if parsed is None and (legacy := _legacy_segment_of_file(entry)) is not None:
+            # A data folder from before rolling files: its one file starts at 0.
+            parsed = (legacy, 0)
+            os.rename(
+                os.path.join(stream.directory, entry),
+                os.path.join(stream.directory, log_file_name(legacy, 0)),
+            )
+            entry = log_file_name(legacy, 0)
+        if parsed is None:
+            continue
+        if parsed[0] not in known:
+            log.warning("stream %s: removing uncommitted segment file %s", stream.name, entry)
+            os.remove(os.path.join(stream.directory, entry))
+        else:
+            bases.setdefault(parsed[0], []).append(parsed[1])
+    return bases
+
+
+def open_segments(stream: Stream) -> list[SegmentLog]:
+    """Open and replay every segment's log; returns the open ones for their flushers.
+
+    Logs are replayed in segment id order: a successor always has a larger id than the
+    segments it replaced, so each partition's batches are indexed in offset order.
+    """
+    os.makedirs(stream.directory, exist_ok=True)
+    bases = _scan_log_files(stream)
+    if stream.metadata is not None:
+        for partition_index, offset in stream.metadata.load_log_starts(stream.name).items():
+            stream.partition(partition_index).log_start_offset = offset
+        for chunk in stream.metadata.load_chunks(stream.name):
+            stream.add_chunk(chunk)
+        for saved in stream.metadata.load_producer_states(stream.name):
+            stream.partition(saved.partition).restore_producer(
+                saved.producer_id, saved.epoch, saved.batches
+            )
+    now = time.monotonic()
+    for seg in sorted(stream.record.segments, key=lambda s: s.segment_id):
+        segment = stream.new_log(
+            seg.segment_id,
+            uploaded_end=seg.uploaded_end,
+            existing_bases=bases.get(seg.segment_id, ()),
+        )
+        stream.segments[seg.segment_id] = segment
+        stream.stats[seg.segment_id] = SegmentStats(now)
+        _replay(stream, seg.segment_id, segment)
+        if seg.sealed:
+            segment.seal()
+        else:
+            stream.ownership.add(seg.first_partition, seg.last_partition, seg.segment_id)
+    for _index, partition in stream.iter_partitions():
+        slices = partition.slices()
+        tier2_end = slices[-1].last_offset + 1 if slices else 0
+        partition.next_offset = max(partition.next_offset, tier2_end, partition.log_start_offset)
+        partition.high_watermark = partition.next_offset
+    return [stream.segments[segment_id] for _f, _l, segment_id in stream.owners()]
+
+
+def _replay(stream: Stream, segment_id: int, segment: SegmentLog) -> None:
+    for entry in segment.replay():
+        header = read_batch_header(entry.batch)
+        partition = stream.partition(entry.partition)
+        if partition.local_batch_count and header.base_offset != partition.next_offset:
+            # Successor flushers wait for their predecessors, so this is not expected.
+            log.warning(
+                "stream %s partition %d: segment %d batch at offset %d, expected %d",
+                stream.name,
+                entry.partition,
+                segment_id,
+                header.base_offset,
+                partition.next_offset,
+            )
+            if header.base_offset < partition.next_offset:
+                continue  # already indexed: never index an offset twice
+        partition.index_batch(
+            header, header.base_offset, segment_id, entry.position, len(entry.batch), replay=True
+        )

@@ -1,0 +1,186 @@
+"""A stream: one Kafka topic, its virtual partitions and the segments that hold their data.
+
+`Stream` holds the state; each concern that works on it has a module of its own:
+`ownership` (which open segment owns a partition, scale events), `recovery` (opening and
+replaying the logs on start), `append` (produce and idempotence), `reads` (fetch from
+tier 1 or tier 2), `timestamps` (ListOffsets by time across tiers) and `tier_index` (the
+tier-2 chunks the partitions index).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from ..api import AppendResult, PendingAppend, ReadResult, ScaleResult
+from ..metadata import ChunkRecord, ChunkSlice, MetadataStore, ProducerSnapshot, TopicRecord
+from ..partition import Partition
+from ..segments.log import SegmentLog, Tier1Usage
+from . import append, ownership, reads, recovery, tier_index, timestamps
+from .stats import SegmentStats
+
+
+class TierLink(Protocol):
+    """What a stream needs from tier 2 (`core.tiering.TierManager` provides it)."""
+
+    usage: Tier1Usage
+
+    @property
+    def roll_bytes(self) -> int: ...
+
+    @property
+    def roll_age_s(self) -> float: ...
+
+    def on_rolled(self, segment: SegmentLog) -> None: ...
+
+    async def read_slice(self, stream: Stream, location: ChunkSlice) -> bytes: ...
+
+    def prefetch(self, stream: Stream, location: ChunkSlice) -> None: ...
+
+
+class Stream:
+    def __init__(
+        self,
+        record: TopicRecord,
+        directory: str,
+        metadata: MetadataStore | None = None,
+        spawn_flusher: Callable[[SegmentLog], None] | None = None,
+        tier: TierLink | None = None,
+    ) -> None:
+        """`metadata` and `spawn_flusher` (starts a log's flusher task) are needed by
+        `scale`; `tier` (rolling, uploads, tier-2 reads) by everything beyond tier 1."""
+        self.record = record
+        self.directory = directory
+        self.metadata = metadata
+        self.spawn_flusher = spawn_flusher
+        self.tier = tier
+        self.usage = tier.usage if tier is not None else Tier1Usage()
+        # Confirmed tier-2 chunks by id.
+        self.chunks: dict[int, ChunkRecord] = {}
+        self._partitions: dict[int, Partition] = {}
+        self.segments: dict[int, SegmentLog] = {}
+        self.stats: dict[int, SegmentStats] = {}
+        self.ownership = ownership.Ownership()
+        self.scale_events = {"split": 0, "merge": 0}
+        self.deleted = False
+
+    @property
+    def name(self) -> str:
+        return self.record.name
+
+    @property
+    def partition_count(self) -> int:
+        return self.record.partitions
+
+    @property
+    def configs(self) -> dict[str, str]:
+        return self.record.configs
+
+    @property
+    def epoch(self) -> int:
+        return max((seg.epoch for seg in self.record.segments), default=0)
+
+    def new_log(
+        self,
+        segment_id: int,
+        after: list[SegmentLog] | None = None,
+        uploaded_end: int = 0,
+        existing_bases: Sequence[int] = (),
+    ) -> SegmentLog:
+        tier = self.tier
+        return SegmentLog(
+            self.directory,
+            segment_id,
+            append.on_durable,
+            functools.partial(append.on_failed, self.name),
+            after,
+            roll_bytes=tier.roll_bytes if tier else 8 << 20,
+            roll_age_s=tier.roll_age_s if tier else 5.0,
+            uploaded_end=uploaded_end,
+            usage=self.usage,
+            on_rolled=tier.on_rolled if tier else None,
+            existing_bases=existing_bases,
+        )
+
+    # --- partitions --------------------------------------------------------------------
+
+    def partition(self, index: int) -> Partition:
+        """The partition object, created on first use: idle partitions cost nothing."""
+        partition = self._partitions.get(index)
+        if partition is None:
+            partition = self._partitions[index] = Partition(index)
+        return partition
+
+    def iter_partitions(self) -> list[tuple[int, Partition]]:
+        """The partitions that exist in memory (used or replayed); idle ones do not."""
+        return list(self._partitions.items())
+
+    def has_partition(self, index: int) -> bool:
+        return 0 <= index < self.record.partitions
+
+    # --- the concerns, each in its module ------------------------------------------------
+
+    def open_segments(self) -> list[SegmentLog]:
+        return recovery.open_segments(self)
+
+    def owners(self) -> list[tuple[int, int, int]]:
+        """(first partition, last partition, segment id) of the open segments, sorted."""
+        return self.ownership.ranges()
+
+    @property
+    def tail_segment_id(self) -> int:
+        """The open segment that owns the stream's last partition (new partitions go there)."""
+        return self.ownership.tail()
+
+    def scale(self, seal: Sequence[int], new_ranges: Sequence[tuple[int, int]]) -> ScaleResult:
+        return ownership.scale(self, seal, new_ranges)
+
+    def grow_partitions(self, count: int) -> None:
+        ownership.grow_partitions(self, count)
+
+    async def append(
+        self, index: int, records: bytes | memoryview | None, acks: int
+    ) -> AppendResult:
+        """Validate and append; returns once durable (acks != 0), or at once for acks=0."""
+        started = self.start_append(index, records, acks)
+        if isinstance(started, AppendResult):
+            return started
+        return await started.wait()
+
+    def start_append(
+        self, index: int, records: bytes | memoryview | None, acks: int
+    ) -> AppendResult | PendingAppend:
+        return append.start_append(self, index, records, acks)
+
+    async def read(
+        self, index: int, offset: int, max_bytes: int, first_may_exceed: bool = True
+    ) -> ReadResult:
+        return await reads.read(self, index, offset, max_bytes, first_may_exceed)
+
+    async def offset_for_timestamp(self, index: int, timestamp: int) -> tuple[int, int]:
+        return await timestamps.offset_for_timestamp(self, index, timestamp)
+
+    def add_chunk(self, chunk: ChunkRecord) -> None:
+        tier_index.add_chunk(self, chunk)
+
+    def producer_snapshots(self, partitions: set[int]) -> list[ProducerSnapshot]:
+        return tier_index.producer_snapshots(self, partitions)
+
+    def forget_trimmed(self) -> None:
+        tier_index.forget_trimmed(self)
+
+    def expired_chunks(self) -> list[ChunkRecord]:
+        return tier_index.expired_chunks(self)
+
+    def forget_chunks(self, chunks: list[ChunkRecord]) -> None:
+        tier_index.forget_chunks(self, chunks)
+
+    def close(self) -> None:
+        """The topic was deleted: stop its logs and give back its share of the budget."""
+        self.deleted = True
+        for segment in self.segments.values():
+            self.usage.pending -= segment.unuploaded_bytes
+            segment.close()
+        for partition in self._partitions.values():
+            partition.wake_waiters()

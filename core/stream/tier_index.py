@@ -1,0 +1,57 @@
+"""Tier-2 bookkeeping on a stream: which chunks its partitions index, what expired."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..metadata import ChunkRecord, ProducerSnapshot
+
+if TYPE_CHECKING:
+    from .stream import Stream
+
+
+def add_chunk(stream: Stream, chunk: ChunkRecord) -> None:
+    """Index a confirmed chunk's slices in their partitions."""
+    stream.chunks[chunk.chunk_id] = chunk
+    for s in chunk.slices:
+        s.chunk_id = chunk.chunk_id
+        stream.partition(s.partition).add_slice(s)
+
+
+def producer_snapshots(stream: Stream, partitions: set[int]) -> list[ProducerSnapshot]:
+    """The durable producer states of `partitions`, saved with a chunk."""
+    return [
+        ProducerSnapshot(index, producer_id, epoch, batches)
+        for index in sorted(partitions)
+        for producer_id, epoch, batches in stream.partition(index).producer_snapshot()
+    ]
+
+
+def forget_trimmed(stream: Stream) -> None:
+    """Drop tier-1 index entries whose files were trimmed (reads go to tier 2)."""
+    for _index, partition in stream.iter_partitions():
+        count = 0
+        while count < partition.local_batch_count:
+            segment_id, position = partition.local_location(count)
+            if position >= stream.segments[segment_id].local_start:
+                break
+            count += 1
+        partition.drop_local_prefix(count)
+
+
+def expired_chunks(stream: Stream) -> list[ChunkRecord]:
+    """Chunks every slice of which lies below its partition's log start offset."""
+    return [
+        chunk
+        for chunk in stream.chunks.values()
+        if all(s.last_offset < stream.partition(s.partition).log_start_offset for s in chunk.slices)
+    ]
+
+
+def forget_chunks(stream: Stream, chunks: list[ChunkRecord]) -> None:
+    for chunk in chunks:
+        stream.chunks.pop(chunk.chunk_id, None)
+    touched = {s.partition for chunk in chunks for s in chunk.slices}
+    for index in touched:
+        partition = stream.partition(index)
+        partition.drop_slices_below(partition.log_start_offset)

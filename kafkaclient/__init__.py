@@ -1,0 +1,1 @@
+"""A small blocking Kafka protocol client (the command line tools use it)."""
