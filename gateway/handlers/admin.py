@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import Any
 
 from core.errors import ErrorCode
 from core.store import TopicError, validate_topic_name
+from core.stream import Stream
+from core.topic_ids import ZERO_UUID, stream_by_id
 from gateway.protocol.apis import SUPPORTED_APIS
 from gateway.protocol.codec import RequestHeader
 from gateway.protocol.metadata_response import TopicMetadata, encode_metadata_response
 
+from .assignments import check_create_assignments
 from .cluster import cluster_authorized_operations
 from .configs import topic_config_entries
 from .context import GatewayContext
@@ -45,10 +49,13 @@ async def metadata(ctx: GatewayContext, header: RequestHeader, body: Any) -> byt
     topics: list[TopicMetadata] = []
     if requested is None or (header.api_version == 0 and not requested):
         for stream in store.streams.values():
-            topics.append(TopicMetadata(ErrorCode.NONE, stream.name, stream.partition_count))
+            topics.append(_topic_metadata(stream))
     else:
         for item in requested:
             name = item.name
+            if name is None:  # v10+: a topic asked for by id
+                topics.append(_topic_metadata_by_id(ctx, getattr(item, "topic_id", None)))
+                continue
             try:
                 validate_topic_name(name)
                 stream = store.get_or_create(name) if auto_create else store.get(name)
@@ -58,7 +65,7 @@ async def metadata(ctx: GatewayContext, header: RequestHeader, body: Any) -> byt
             if stream is None:
                 topics.append(TopicMetadata(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name, 0))
             else:
-                topics.append(TopicMetadata(ErrorCode.NONE, stream.name, stream.partition_count))
+                topics.append(_topic_metadata(stream))
     return encode_metadata_response(
         header.correlation_id,
         header.api_version,
@@ -74,6 +81,19 @@ async def metadata(ctx: GatewayContext, header: RequestHeader, body: Any) -> byt
     )
 
 
+def _topic_metadata(stream: Stream) -> TopicMetadata:
+    return TopicMetadata(
+        ErrorCode.NONE, stream.name, stream.partition_count, stream.record.topic_id
+    )
+
+
+def _topic_metadata_by_id(ctx: GatewayContext, topic_id: uuid.UUID | None) -> TopicMetadata:
+    stream = stream_by_id(ctx.store, topic_id or ZERO_UUID)
+    if stream is None:
+        return TopicMetadata(ErrorCode.UNKNOWN_TOPIC_ID, None, 0, topic_id or ZERO_UUID)
+    return _topic_metadata(stream)
+
+
 async def create_topics(ctx: GatewayContext, header: RequestHeader, body: Any) -> dict[str, Any]:
     results = []
     for topic in body.topics:
@@ -86,8 +106,10 @@ async def create_topics(ctx: GatewayContext, header: RequestHeader, body: Any) -
             "replication_factor": -1,
         }
         try:
+            if topic.assignments:
+                check_create_assignments(ctx, topic)
             # Durability comes from fsync and tier 2, not replicas: any factor is accepted.
-            if topic.replication_factor == 0 or topic.replication_factor < -1:
+            elif topic.replication_factor == 0 or topic.replication_factor < -1:
                 raise TopicError(
                     ErrorCode.INVALID_REPLICATION_FACTOR,
                     "replication factor must be -1 or positive",
@@ -97,6 +119,7 @@ async def create_topics(ctx: GatewayContext, header: RequestHeader, body: Any) -
             else:
                 stream = ctx.store.create_topic(topic.name, partitions, configs)
                 count, checked = stream.partition_count, stream.record.configs
+                result["topic_id"] = stream.record.topic_id  # v7+
             result["num_partitions"] = count
             result["replication_factor"] = 1
             result["configs"] = [  # v5+: every config of the new topic, with its source
@@ -117,15 +140,29 @@ async def create_topics(ctx: GatewayContext, header: RequestHeader, body: Any) -
 
 
 async def delete_topics(ctx: GatewayContext, header: RequestHeader, body: Any) -> dict[str, Any]:
+    # v6+ names topics by name or by id (`topics`); older versions by name (`topic_names`).
+    wanted: list[tuple[str | None, uuid.UUID | None]] = (
+        [(t.name, t.topic_id) for t in body.topics]
+        if hasattr(body, "topics")
+        else [(name, None) for name in body.topic_names]
+    )
     responses = []
-    for name in body.topic_names:
+    for name, topic_id in wanted:
+        response: dict[str, Any] = {"name": name, "topic_id": topic_id or ZERO_UUID}
         try:
+            if name is None:
+                stream = stream_by_id(ctx.store, topic_id or ZERO_UUID)
+                if stream is None:
+                    raise TopicError(ErrorCode.UNKNOWN_TOPIC_ID, f"no topic with id {topic_id}")
+                name = response["name"] = stream.name
+            existing = ctx.store.get(name)
+            if existing is not None:
+                response["topic_id"] = existing.record.topic_id
             ctx.store.delete_topic(name)
-            responses.append({"name": name, "error_code": ErrorCode.NONE})
+            response["error_code"] = ErrorCode.NONE
         except TopicError as exc:
-            responses.append(
-                {"name": name, "error_code": exc.error_code, "error_message": str(exc)}
-            )
+            response.update(error_code=exc.error_code, error_message=str(exc))
+        responses.append(response)
     return {"responses": responses}
 
 

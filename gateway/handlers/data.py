@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Awaitable
 from typing import Any
 
@@ -11,8 +12,9 @@ import trio
 from core.errors import ErrorCode
 from core.segments.objectstore import ObjectNotFound, ObjectStoreUnavailable
 from core.store import TopicError
-from core.stream import AppendResult, PendingProduce
+from core.stream import AppendResult, PendingProduce, Stream
 from core.topic_config import max_message_bytes
+from core.topic_ids import ZERO_UUID, stream_by_id
 from gateway.protocol.codec import RequestHeader
 from gateway.protocol.fetch_response import PartitionData, encode_fetch_response
 
@@ -122,13 +124,14 @@ async def _read_fetch(
     total = 0
     has_error = False
     for topic in body.topics:
-        stream = ctx.store.get(topic.topic)
+        key, stream = _fetch_topic(ctx, topic)
+        unknown = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if isinstance(key, str) else (
+            ErrorCode.UNKNOWN_TOPIC_ID
+        )
         partitions = []
         for part in topic.partitions:
             if stream is None:
-                partitions.append(
-                    PartitionData(part.partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-                )
+                partitions.append(PartitionData(part.partition, unknown))
                 has_error = True
                 continue
             budget = min(part.partition_max_bytes, max_bytes - total)
@@ -145,8 +148,16 @@ async def _read_fetch(
             has_error = has_error or result.error != ErrorCode.NONE
             total += data.records_size
             partitions.append(data)
-        topics.append((topic.topic, partitions))
+        topics.append((key, partitions))
     return topics, total, has_error
+
+
+def _fetch_topic(ctx: GatewayContext, topic: Any) -> tuple[str | uuid.UUID, Stream | None]:
+    """A fetched topic's key (its name, or its id from v13 on) and its stream."""
+    if hasattr(topic, "topic_id"):  # kio reads the zero id as None
+        topic_id = topic.topic_id or ZERO_UUID
+        return topic_id, stream_by_id(ctx.store, topic_id)
+    return topic.topic, ctx.store.get(topic.topic)
 
 
 async def _wait_for_data(ctx: GatewayContext, body: Any, deadline: float) -> bool:
@@ -154,7 +165,7 @@ async def _wait_for_data(ctx: GatewayContext, body: Any, deadline: float) -> boo
     event = trio.Event()
     watched = []
     for topic in body.topics:
-        stream = ctx.store.get(topic.topic)
+        _, stream = _fetch_topic(ctx, topic)
         if stream is None:
             continue
         for part in topic.partitions:
