@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Awaitable
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 import trio
 
 from core.errors import ErrorCode
+from core.produce_rules import Rewritten, apply_rules, rules_for
 from core.segments.objectstore import ObjectNotFound, ObjectStoreUnavailable
 from core.store import TopicError
 from core.stream import AppendResult, PendingProduce, Stream
@@ -25,6 +27,7 @@ log = logging.getLogger(__name__)
 _VALID_ACKS = (-1, 0, 1)
 # ListOffsets special timestamps; -3 (max timestamp) is resolved by Stream.offset_for_timestamp.
 _EARLIEST, _LATEST = -2, -1
+_EARLIEST_LOCAL = -4  # v8 (KIP-405): the first offset still in tier 1
 
 
 def produce(
@@ -38,6 +41,7 @@ def produce(
     """
     acks = body.acks
     started: dict[tuple[str, int], AppendResult | PendingProduce] = {}
+    extras: dict[tuple[str, int], Rewritten] = {}
     for topic in body.topic_data:
         stream = None
         error = ErrorCode.NONE
@@ -53,21 +57,38 @@ def produce(
             if stream is None and not error:
                 error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         limit = ctx.max_message_bytes
+        rules = None
         if stream is not None:  # the topic's max.message.bytes overrides the gateway's
             limit = max_message_bytes(stream.record.configs, limit)
+            rules = rules_for(stream.record.configs)
         for part in topic.partition_data:
             key = (topic.name, part.index)
+            records = part.records
             if stream is None:
                 started[key] = AppendResult(error)
-            elif part.records is not None and len(part.records) > limit:
+            elif records is not None and len(records) > limit:
                 started[key] = AppendResult(ErrorCode.MESSAGE_TOO_LARGE)
             else:
-                started[key] = stream.start_append(part.index, part.records, acks)
-    return _finish_produce(body, acks, started)
+                if rules is not None:  # compression.type, LogAppendTime, compact
+                    rewritten = apply_rules(rules, records, topic.name, part.index, _now_ms())
+                    extras[key] = rewritten
+                    if rewritten.error:
+                        started[key] = AppendResult(rewritten.error, message=rewritten.message)
+                        continue
+                    records = rewritten.records
+                started[key] = stream.start_append(part.index, records, acks)
+    return _finish_produce(body, acks, started, extras)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 async def _finish_produce(
-    body: Any, acks: int, started: dict[tuple[str, int], AppendResult | PendingProduce]
+    body: Any,
+    acks: int,
+    started: dict[tuple[str, int], AppendResult | PendingProduce],
+    extras: dict[tuple[str, int], Rewritten],
 ) -> dict[str, Any] | None:
     # Every partition was queued before this first await: they share one group commit.
     results = {
@@ -81,7 +102,10 @@ async def _finish_produce(
             {
                 "name": topic.name,
                 "partition_responses": [
-                    _partition_response(part.index, results[(topic.name, part.index)])
+                    _with_extras(
+                        _partition_response(part.index, results[(topic.name, part.index)]),
+                        extras.get((topic.name, part.index)),
+                    )
                     for part in topic.partition_data
                 ],
             }
@@ -99,6 +123,19 @@ def _partition_response(index: int, result: AppendResult) -> dict[str, Any]:
         "log_start_offset": result.log_start_offset,
         "error_message": result.message,
     }
+
+
+def _with_extras(response: dict[str, Any], rewritten: Rewritten | None) -> dict[str, Any]:
+    """Add what the topic's produce rules decided: KIP-467 record errors (v8+), the
+    LogAppendTime stamp."""
+    if rewritten is not None:
+        response["record_errors"] = [
+            {"batch_index": index, "batch_index_error_message": why}
+            for index, why in rewritten.record_errors
+        ]
+        if response["error_code"] == ErrorCode.NONE:
+            response["log_append_time"] = rewritten.log_append_time
+    return response
 
 
 async def fetch(ctx: GatewayContext, header: RequestHeader, body: Any) -> bytes:
@@ -203,6 +240,9 @@ async def list_offsets(ctx: GatewayContext, header: RequestHeader, body: Any) ->
                     result["offset"] = partition.log_start_offset
                 elif part.timestamp == _LATEST:
                     result["offset"] = partition.high_watermark
+                elif part.timestamp == _EARLIEST_LOCAL:
+                    local = max(partition.local_start_offset, partition.log_start_offset)
+                    result["offset"] = min(local, partition.high_watermark)
                 else:
                     try:
                         offset, timestamp = await stream.offset_for_timestamp(
