@@ -5,7 +5,8 @@ partition. So:
 - DescribeLogDirs lists that dir, each partition's size (tier-1 bytes plus tier-2 bytes
   not also held locally), and the disk's total/usable bytes;
 - AlterReplicaLogDirs to that same dir is a no-op (NONE), to any other path
-  LOG_DIR_NOT_FOUND, as Kafka answers for a dir it was not configured with;
+  LOG_DIR_NOT_FOUND, as Kafka answers for a dir it was not configured with (checked before
+  the partition, as Kafka does);
 - ElectLeaders: the leader is already the preferred (and only) replica, so every listed
   partition gets ELECTION_NOT_NEEDED, and a null list (all partitions) an empty result;
 - AlterPartitionReassignments to [this node] succeeds at once; a list naming another broker
@@ -124,8 +125,8 @@ async def alter_replica_log_dirs(
                     try:
                         _partition_of(ctx, topic.name, index)
                         error = ErrorCode.NONE  # already there: nothing to move
-                    except TopicError:
-                        error = ErrorCode.REPLICA_NOT_AVAILABLE
+                    except TopicError as exc:
+                        error = ErrorCode(exc.error_code)
                 results.setdefault(topic.name, []).append(
                     {"partition_index": index, "error_code": error}
                 )
