@@ -319,32 +319,56 @@ def test_topic_id_stable_across_restart(gateway):
     assert again.topic_id not in (before.topic_id, uuid.UUID(int=0))
 
 
-def test_java_consumers_fetch_by_topic_id(shared_gateway):
-    """Kafka's console consumer (client 3.5.1, Fetch v13+ once Metadata has ids)."""
+SPARK_KAFKA_CLIENTS = (
+    Path(__file__).resolve().parent.parent.parent
+    / "shared"
+    / "spark-connector"
+    / "kafka-clients-3.9.1.jar"
+)
+
+
+@pytest.mark.parametrize("client_jar", ["3.5.1", "3.9.1"])
+def test_java_consumers_fetch_by_topic_id(shared_gateway, client_jar):
+    """Kafka's console consumer with its own client 3.5.1, and with kafka-clients 3.9.1 (the
+    one Spark 4.0's connector uses) first on the classpath: both fetch by topic id (v13+)
+    once Metadata carries ids."""
     if unavailable_reason() is not None:
         pytest.skip(unavailable_reason())
+    env = {}
+    if client_jar == "3.9.1":
+        if not SPARK_KAFKA_CLIENTS.is_file():
+            pytest.skip(f"no {SPARK_KAFKA_CLIENTS}")
+        env = {"CLASSPATH": str(SPARK_KAFKA_CLIENTS), "KAFKA_OPTS": "-verbose:class"}
     name = unique_topic("java-ids")
     create_topic(shared_gateway.bootstrap, name, 1)
     producer = Producer({"bootstrap.servers": shared_gateway.bootstrap})
     for i in range(5):
         producer.produce(name, f"m{i}".encode(), partition=0)
     producer.flush(TIMEOUT)
-    code, out = tool(
+    result = run_tool(
         "kafka-console-consumer.sh",
-        "--bootstrap-server",
-        shared_gateway.bootstrap,
-        "--topic",
-        name,
-        "--from-beginning",
-        "--max-messages",
-        "5",
-        "--timeout-ms",
-        "30000",
+        [
+            "--bootstrap-server",
+            shared_gateway.bootstrap,
+            "--topic",
+            name,
+            "--from-beginning",
+            "--max-messages",
+            "5",
+            "--timeout-ms",
+            "30000",
+        ],
+        env=env,
+        timeout=120,
     )
+    code, out = result.returncode, result.stdout + result.stderr
+
     assert code == 0, out
     assert [line for line in out.splitlines() if line.startswith("m")] == [
         f"m{i}" for i in range(5)
     ]
+    if client_jar == "3.9.1":  # the consumer class came from the 3.9.1 jar
+        assert re.search(r"clients\.consumer\.KafkaConsumer source: .*kafka-clients-3\.9\.1", out)
 
 
 # --------------------------------------------------------------------------- admin APIs

@@ -48,8 +48,7 @@ async def metadata(ctx: GatewayContext, header: RequestHeader, body: Any) -> byt
     auto_create = getattr(body, "allow_auto_topic_creation", True)
     topics: list[TopicMetadata] = []
     if requested is None or (header.api_version == 0 and not requested):
-        for stream in store.streams.values():
-            topics.append(_topic_metadata(stream))
+        topics.extend(_topic_metadata(s) for s in store.streams.values())
     else:
         for item in requested:
             name = item.name

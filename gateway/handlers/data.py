@@ -156,7 +156,7 @@ async def fetch(ctx: GatewayContext, header: RequestHeader, body: Any) -> bytes:
 
 async def _read_fetch(
     ctx: GatewayContext, body: Any, max_bytes: int
-) -> tuple[list[tuple[str, list[PartitionData]]], int, bool]:
+) -> tuple[list[tuple[str | uuid.UUID, list[PartitionData]]], int, bool]:
     topics = []
     total = 0
     has_error = False
