@@ -16,7 +16,17 @@ from typing import Any
 import trio
 
 from core.errors import ErrorCode
-from gateway.handlers import admin, cluster, configs, data, groups, offsets, records, replicas
+from gateway.handlers import (
+    acls,
+    admin,
+    cluster,
+    configs,
+    data,
+    groups,
+    offsets,
+    records,
+    replicas,
+)
 from gateway.handlers.context import CLIENT_HOST, GatewayContext
 from gateway.protocol.apis import SUPPORTED_APIS, ApiKey
 from gateway.protocol.codec import (
@@ -63,6 +73,9 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.ELECT_LEADERS: replicas.elect_leaders,
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: replicas.alter_partition_reassignments,
     ApiKey.LIST_PARTITION_REASSIGNMENTS: replicas.list_partition_reassignments,
+    ApiKey.DESCRIBE_ACLS: acls.describe_acls,
+    ApiKey.CREATE_ACLS: acls.create_acls,
+    ApiKey.DELETE_ACLS: acls.delete_acls,
 }
 assert set(HANDLERS) == set(SUPPORTED_APIS), "every advertised API needs a handler"
 

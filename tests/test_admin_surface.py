@@ -870,3 +870,47 @@ def test_unknown_config_names_only_are_invalid(shared_gateway, kafka):
     assert seen["streamgate"] == [INVALID_CONFIG, INVALID_CONFIG, 0]
     need_kafka(kafka)
     assert seen["streamgate"] == seen["kafka"]
+
+
+def test_acls_answer_security_disabled(shared_gateway, kafka):
+    """No authorizer, like Kafka without one: SECURITY_DISABLED, not a closed connection."""
+    from confluent_kafka.admin import (
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+    )
+    from kio.schema.describe_acls.v3.request import DescribeAclsRequest
+    from kio.static.primitive import i8
+
+    security_disabled = 54
+    any_ = i8(1)
+    request = DescribeAclsRequest(
+        resource_type_filter=any_,
+        resource_name_filter=None,
+        pattern_type_filter=any_,
+        principal_filter=None,
+        host_filter=None,
+        operation=any_,
+        permission_type=any_,
+    )
+    seen = {}
+    for label, bootstrap in both(shared_gateway, kafka).items():
+        response = raw(bootstrap, request)
+        assert response.error_message, label
+        admin = confluent_admin(bootstrap)
+        acl_filter = AclBindingFilter(
+            ResourceType.ANY,
+            None,
+            ResourcePatternType.ANY,
+            None,
+            None,
+            AclOperation.ANY,
+            AclPermissionType.ANY,
+        )
+        listed = admin.describe_acls(acl_filter).result(TIMEOUT)  # librdkafka: empty
+        code, out = tool("kafka-acls.sh", "--bootstrap-server", bootstrap, "--list")
+        seen[label] = (response.error_code, listed, "SecurityDisabledException" in out)
+    assert seen["streamgate"] == (security_disabled, [], True)
+    need_kafka(kafka)
+    assert seen["streamgate"] == seen["kafka"]

@@ -29,6 +29,9 @@ class ApiKey(IntEnum):
     DELETE_TOPICS = 20
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
+    DESCRIBE_ACLS = 29
+    CREATE_ACLS = 30
+    DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
     ALTER_REPLICA_LOG_DIRS = 34
@@ -95,4 +98,8 @@ SUPPORTED_APIS: dict[int, ApiSupport] = {
     ApiKey.ELECT_LEADERS: ApiSupport(0, 2, 2),
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: ApiSupport(0, 0, 0),
     ApiKey.LIST_PARTITION_REASSIGNMENTS: ApiSupport(0, 0, 0),
+    # SECURITY_DISABLED, as Kafka without an authorizer (gateway/handlers/acls.py).
+    ApiKey.DESCRIBE_ACLS: ApiSupport(1, 3, 2),
+    ApiKey.CREATE_ACLS: ApiSupport(1, 3, 2),
+    ApiKey.DELETE_ACLS: ApiSupport(1, 3, 2),
 }
