@@ -914,3 +914,56 @@ def test_acls_answer_security_disabled(shared_gateway, kafka):
     assert seen["streamgate"] == (security_disabled, [], True)
     need_kafka(kafka)
     assert seen["streamgate"] == seen["kafka"]
+
+
+def test_metadata_and_delete_topics_by_id(shared_gateway, kafka):
+    """Metadata v12 and DeleteTopics v6 name topics by id; unknown ids get UNKNOWN_TOPIC_ID."""
+    from helpers import metadata_request
+    from kio.schema.delete_topics.v6.request import DeleteTopicsRequest, DeleteTopicState
+    from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+
+    def by_id(*ids: uuid.UUID) -> MetadataRequest:
+        return MetadataRequest(
+            topics=tuple(MetadataRequestTopic(topic_id=i, name=None) for i in ids),
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False,
+        )
+
+    seen = {}
+    for label, bootstrap in both(shared_gateway, kafka).items():
+        name = unique_topic("by-id")
+        create_topic(bootstrap, name, 2)
+        (topic,) = raw(bootstrap, metadata_request([name])).topics
+        stranger = uuid.uuid4()
+        known, unknown = raw(bootstrap, by_id(topic.topic_id, stranger)).topics
+        deleted = raw(
+            bootstrap,
+            DeleteTopicsRequest(
+                topics=(
+                    DeleteTopicState(topic_id=topic.topic_id),
+                    DeleteTopicState(topic_id=stranger),
+                ),
+                timeout=ms(30_000),
+            ),
+        ).responses
+        results = {r.topic_id: (r.name, r.error_code) for r in deleted}
+        seen[label] = (
+            (known.name, known.error_code, len(known.partitions)),
+            (unknown.name, unknown.error_code),
+            results[topic.topic_id],
+            results[stranger][1],
+        )
+        seen[label + "-name"] = name
+    name = seen.pop("streamgate-name")
+    assert seen["streamgate"] == (
+        (name, 0, 2),
+        (None, UNKNOWN_TOPIC_ID),
+        (name, 0),
+        UNKNOWN_TOPIC_ID,
+    )
+    kafka = need_kafka(kafka)
+    kafka_name = seen.pop("kafka-name")
+    # Kafka 3.5 does not implement Metadata lookups by id (it answers UNKNOWN_TOPIC_ID);
+    # streamgate resolves known ids. DeleteTopics by id agrees.
+    assert seen["kafka"][2:] == ((kafka_name, 0), UNKNOWN_TOPIC_ID)
+    assert seen["kafka"][0][1] == UNKNOWN_TOPIC_ID or seen["kafka"][1][1] == UNKNOWN_TOPIC_ID
