@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint bench clean java-installed
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,10 +21,17 @@ kcat-installed:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq kcat; }
 
+# Java 17 runs Kafka's broker and tools for the side-by-side tests, when ../shared/kafka is
+# there (without it those tests skip the Kafka half and say why).
+java-installed:
+	@[ ! -d ../shared/kafka ] || command -v java >/dev/null || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq openjdk-17-jre-headless; }
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-test: $(STAMP) kcat-installed lint
+test: $(STAMP) kcat-installed java-installed lint
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)
