@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint bench clean java-installed
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,12 +29,19 @@ postgresql-installed:
 
 # ruff (lint and format) over the whole tree; mypy over the packages, as configured in
 # pyproject.toml ([tool.mypy] files).
+# Java 17 runs Kafka's broker and tools for the side-by-side tests, when ../shared/kafka is
+# there (without it those tests skip the Kafka half and say why).
+java-installed:
+	@[ ! -d ../shared/kafka ] || command -v java >/dev/null || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq openjdk-17-jre-headless; }
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-test: $(STAMP) kcat-installed postgresql-installed lint
+test: $(STAMP) kcat-installed postgresql-installed java-installed lint
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)

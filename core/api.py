@@ -12,6 +12,7 @@ later; the gateway maps them to Kafka error codes in one place (`gateway/errors.
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Awaitable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
@@ -20,6 +21,8 @@ import trio
 
 from .errors import ErrorCode
 from .metadata import SegmentRecord
+
+ZERO_UUID = uuid.UUID(int=0)  # Kafka's "no topic id"
 
 # --- errors ------------------------------------------------------------------------------
 
@@ -95,6 +98,15 @@ class PartitionView(Protocol):
     @property
     def log_start_offset(self) -> int: ...
 
+    @property
+    def local_start_offset(self) -> int:
+        """The first offset still in tier 1 (ListOffsets v8's earliest-local)."""
+        ...
+
+    def size_bytes(self) -> int:
+        """Bytes the partition holds: tier-1 batches plus tier-2 slices older than them."""
+        ...
+
     def add_waiter(self, event: trio.Event) -> None:
         """Set `event` the next time the high watermark moves or the partition goes away."""
 
@@ -106,6 +118,11 @@ class Topic(Protocol):
 
     @property
     def name(self) -> str: ...
+
+    @property
+    def topic_id(self) -> uuid.UUID:
+        """The topic's stable UUID (KIP-516), new when a name is deleted and created again."""
+        ...
 
     @property
     def partition_count(self) -> int: ...
@@ -159,6 +176,8 @@ class Store(Protocol):
     def topics(self) -> Iterable[Topic]: ...
 
     def get(self, name: str) -> Topic | None: ...
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> Topic | None: ...
 
     def get_or_create(self, name: str) -> Topic | None:
         """The topic, auto-created with the default partition count if allowed."""

@@ -159,6 +159,12 @@ class Partition:
         """The first offset indexed in tier 1; older offsets are read from tier 2."""
         return self._base_offsets[0] if self._base_offsets else self.next_offset
 
+    def size_bytes(self) -> int:
+        """Bytes the partition holds: its tier-1 batches plus tier-2 slices older than them."""
+        local_start = self.local_start_offset
+        tier2 = sum(s.byte_length for s in self.slices() if s.last_offset < local_start)
+        return self.local_bytes_after(-1) + tier2
+
     @property
     def local_batch_count(self) -> int:
         return len(self._base_offsets)

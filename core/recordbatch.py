@@ -333,7 +333,7 @@ def _decompress_xerial(data: memoryview) -> bytes:
     return b"".join(chunks)
 
 
-def _decompress(codec: int, body: memoryview) -> bytes:
+def decompress(codec: int, body: memoryview) -> bytes:
     if codec == COMPRESSION_NONE:
         return bytes(body)
     if codec == COMPRESSION_GZIP:
@@ -431,7 +431,7 @@ def decode_records(batch: bytes | memoryview) -> list[Record]:
         return []
     body = memoryview(batch)[BATCH_HEADER_SIZE:total]
     try:
-        return _parse_records(_decompress(header.compression, body), header)
+        return _parse_records(decompress(header.compression, body), header)
     except (IndexError, ValueError, cramjam.DecompressionError) as exc:
         raise RecordBatchError(CORRUPT_MESSAGE, f"corrupt records: {exc}") from exc
 
@@ -466,7 +466,7 @@ def _write_bytes(out: bytearray, data: bytes | None) -> None:
         out += data
 
 
-def _compress(codec: int, data: bytes) -> bytes:
+def compress(codec: int, data: bytes) -> bytes:
     if codec == COMPRESSION_GZIP:
         return bytes(cramjam.gzip.compress(data))
     if codec == COMPRESSION_SNAPPY:
@@ -525,7 +525,7 @@ def build_batch(
         body += rec
 
     payload = (
-        bytes(body) if compression == COMPRESSION_NONE else _compress(compression, bytes(body))
+        bytes(body) if compression == COMPRESSION_NONE else compress(compression, bytes(body))
     )
     attributes = compression
     if timestamp_type == TIMESTAMP_LOG_APPEND_TIME:

@@ -50,6 +50,7 @@ class StreamStore:
     def __init__(self, settings: StoreSettings) -> None:
         self.settings = settings
         self.streams: dict[str, Stream] = {}
+        self._by_id: dict[uuid.UUID, Stream] = {}
         self.meters: dict[str, RateMeter] = {}
         self._metadata: SQLiteMetadataStore | None = None
         self.object_store: ObjectStore | None = None
@@ -148,6 +149,7 @@ class StreamStore:
         for segment in stream.open_segments():
             nursery.start_soon(_run_flusher, segment)
         self.streams[record.name] = stream
+        self._by_id[record.topic_id] = stream
         self.tier.attach(stream)
         settings = self.settings
         meter = self.meters[record.name] = RateMeter(stream, settings.scaling_window_s)
@@ -225,6 +227,9 @@ class StreamStore:
     def get(self, name: str) -> Stream | None:
         return self.streams.get(name)
 
+    def topic_by_id(self, topic_id: uuid.UUID) -> Stream | None:
+        return self._by_id.get(topic_id)
+
     def check_new_topic(
         self, name: str, partitions: int = -1, configs: Mapping[str, str | None] | None = None
     ) -> tuple[int, dict[str, str]]:
@@ -276,6 +281,7 @@ class StreamStore:
         if self.streams.get(name) is not stream:
             return  # a concurrent delete of the same topic finished first
         del self.streams[name]
+        self._by_id.pop(stream.topic_id, None)
         self.meters.pop(name, None)
         stream.close()
         self.tier.forget_topic(stream)

@@ -9,8 +9,9 @@ config.
 Contracts:
 - `validate_topic_configs` accepts a complete set of a topic's configs and returns it
   normalised, or raises `ConfigError` (INVALID_CONFIG, or INVALID_REQUEST for a null value)
-  with a message naming the config. Unknown names are errors; so are values Kafka would
-  accept but streamgate cannot honour (`cleanup.policy=compact`, ...).
+  with a message naming the config. Every topic config of Kafka 3.x is known; only unknown
+  names and values Kafka itself would refuse are errors. Configs that have no effect here
+  are stored and described (their documentation says why); APPLIED_CONFIGS lists the rest.
 - `apply_alter_ops` applies IncrementalAlterConfigs operations to a copy and validates the
   result; the input is never modified.
 - `describe_topic_configs` lists every known config with its effective value and source.
@@ -20,6 +21,7 @@ Contracts:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -155,19 +157,90 @@ def split_list(raw: str) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
-_NO_COMPACTION = "streamgate keeps or deletes whole streams; it does not compact logs"
-_NO_RECOMPRESSION = "batches are stored as the producer compressed them (compression.type=producer)"
-_NO_APPEND_TIME = "records keep the producer's timestamp (CreateTime)"
-
 SCALING_POLICIES = ("fixed", "data-rate", "event-rate")
+COMPRESSION_TYPES = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
+LONG_MAX = str(INT64_MAX)
+
+
+def _boolean(name: str, raw: str) -> str:
+    value = raw.strip().lower()
+    if value not in ("true", "false"):
+        raise ConfigError(f"{name} must be true or false, got {raw!r}")
+    return value
+
+
+def _ratio(name: str, raw: str) -> str:
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        raise ConfigError(f"{name} must be a number, got {raw!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise ConfigError(f"{name} must be between 0 and 1, got {raw!r}")
+    return raw.strip()
+
+
+_MESSAGE_FORMAT = re.compile(r"^\d+\.\d+(\.\d+)?(-IV\d+)?$")
+
+
+def _message_format_version(name: str, raw: str) -> str:
+    value = raw.strip()
+    if not _MESSAGE_FORMAT.match(value):
+        raise ConfigError(f"{name} must be a Kafka version such as 3.0-IV1, got {raw!r}")
+    return value
+
+
+_THROTTLED = re.compile(r"^\d+:\d+$")
+
+
+def _throttled_replicas(name: str, raw: str) -> str:
+    """`*`, empty, or partition:broker pairs, as Kafka's ThrottledReplicaListValidator."""
+    items = split_list(raw)
+    if items == ["*"] or all(_THROTTLED.match(item) for item in items):
+        return ",".join(items)
+    raise ConfigError(f"{name} must be * or a list of partition:broker pairs, got {raw!r}")
+
+
+# Applied: what streamgate does with a config. Stored only: why it has no effect here.
+_STORED_ONLY_FLUSH = (
+    "Stored only: every acknowledged batch is fsync'd before the reply (group commit), which "
+    "is at least what any flush setting asks for."
+)
+_STORED_ONLY_FILES = (
+    "Stored only: streamgate keeps a partition in segment logs and tier-2 chunks, not in "
+    "Kafka's segment/index files, so Kafka's file layout settings have nothing to act on."
+)
+_STORED_ONLY_REPLICAS = (
+    "Stored only: there is one node and no replication; durability comes from fsync and tier 2."
+)
+_STORED_ONLY_COMPACTION = (
+    "Stored only: log compaction is not performed yet (cleanup.policy=compact is accepted and "
+    "keyless records are refused, but old values are not removed)."
+)
+_STORED_ONLY_TIERING = (
+    "Stored only: streamgate's own tiering (--local-retain-bytes, tier 2 always on) decides "
+    "what stays local."
+)
+_STORED_ONLY_TIMESTAMPS = "Stored only: record timestamps are not checked against the clock."
+_STORED_ONLY_FORMAT = (
+    "Stored only: deprecated in Kafka 3.0 and ignored by Kafka too; batches are always v2."
+)
+
+
+def _stored(
+    name: str, kind: ConfigType, default: str, why: str, check: Check, broker: str | None
+) -> TopicConfigDef:
+    return TopicConfigDef(name, kind, default, why, check, broker)
+
 
 _DEFS = (
     TopicConfigDef(
         "cleanup.policy",
         ConfigType.LIST,
         "delete",
-        "What happens to old data: delete (by retention). compact is not supported.",
-        _list_of(("delete",), {"compact": _NO_COMPACTION}),
+        "What happens to old data: delete (by retention.ms / retention.bytes). compact is "
+        "accepted and stored, and records without a key are then refused (INVALID_RECORD) as "
+        "Kafka refuses them, but compaction itself is not performed yet.",
+        _list_of(("delete", "compact"), {}),
         "log.cleanup.policy",
     ),
     TopicConfigDef(
@@ -202,46 +275,78 @@ _DEFS = (
         "message.timestamp.type",
         ConfigType.STRING,
         "CreateTime",
-        "Which timestamp records carry: CreateTime (the producer's). "
-        "LogAppendTime is not supported yet.",
-        _one_of(("CreateTime",), {"LogAppendTime": _NO_APPEND_TIME}),
+        "Which timestamp records carry: CreateTime (the producer's) or LogAppendTime (the "
+        "batch is stamped with the gateway's clock when appended, like Kafka).",
+        _one_of(("CreateTime", "LogAppendTime")),
         "log.message.timestamp.type",
-    ),
-    TopicConfigDef(
-        "segment.bytes",
-        ConfigType.INT,
-        "1073741824",
-        "Accepted for compatibility; stream segments are not rolled by size.",
-        _integer(14, INT32_MAX),
-        "log.segment.bytes",
-    ),
-    TopicConfigDef(
-        "segment.ms",
-        ConfigType.LONG,
-        "604800000",
-        "Accepted for compatibility; stream segments are not rolled by time.",
-        _integer(1, INT64_MAX),
-        "log.roll.ms",
     ),
     TopicConfigDef(
         "compression.type",
         ConfigType.STRING,
         "producer",
-        "Compression of stored batches: producer (kept as the producer sent them).",
-        _one_of(
-            ("producer",),
-            {c: _NO_RECOMPRESSION for c in ("uncompressed", "gzip", "snappy", "lz4", "zstd")},
-        ),
+        "Codec of stored batches: producer keeps the producer's; uncompressed, gzip, snappy, "
+        "lz4 or zstd recompresses a batch whose codec differs, as Kafka does.",
+        _one_of(COMPRESSION_TYPES),
         "compression.type",
     ),
-    TopicConfigDef(
-        "min.insync.replicas",
-        ConfigType.INT,
-        "1",
-        "Accepted for compatibility; an acknowledged write is fsync'd, there are no replicas.",
-        _integer(1, INT32_MAX),
-        "min.insync.replicas",
-    ),
+    _stored("segment.bytes", ConfigType.INT, "1073741824", _STORED_ONLY_FILES,
+            _integer(14, INT32_MAX), "log.segment.bytes"),
+    _stored("segment.ms", ConfigType.LONG, "604800000", _STORED_ONLY_FILES,
+            _integer(1, INT64_MAX), "log.roll.ms"),
+    _stored("segment.jitter.ms", ConfigType.LONG, "0", _STORED_ONLY_FILES,
+            _integer(0, INT64_MAX), "log.roll.jitter.ms"),
+    _stored("segment.index.bytes", ConfigType.INT, "10485760", _STORED_ONLY_FILES,
+            _integer(4, INT32_MAX), "log.index.size.max.bytes"),
+    _stored("index.interval.bytes", ConfigType.INT, "4096", _STORED_ONLY_FILES,
+            _integer(0, INT32_MAX), "log.index.interval.bytes"),
+    _stored("file.delete.delay.ms", ConfigType.LONG, "60000", _STORED_ONLY_FILES,
+            _integer(0, INT64_MAX), "log.segment.delete.delay.ms"),
+    _stored("preallocate", ConfigType.BOOLEAN, "false", _STORED_ONLY_FILES,
+            _boolean, "log.preallocate"),
+    _stored("flush.messages", ConfigType.LONG, LONG_MAX, _STORED_ONLY_FLUSH,
+            _integer(1, INT64_MAX), "log.flush.interval.messages"),
+    _stored("flush.ms", ConfigType.LONG, LONG_MAX, _STORED_ONLY_FLUSH,
+            _integer(0, INT64_MAX), "log.flush.interval.ms"),
+    _stored("min.insync.replicas", ConfigType.INT, "1", _STORED_ONLY_REPLICAS,
+            _integer(1, INT32_MAX), "min.insync.replicas"),
+    _stored("unclean.leader.election.enable", ConfigType.BOOLEAN, "false",
+            _STORED_ONLY_REPLICAS, _boolean, "unclean.leader.election.enable"),
+    _stored("leader.replication.throttled.replicas", ConfigType.LIST, "",
+            _STORED_ONLY_REPLICAS, _throttled_replicas, None),
+    _stored("follower.replication.throttled.replicas", ConfigType.LIST, "",
+            _STORED_ONLY_REPLICAS, _throttled_replicas, None),
+    _stored("delete.retention.ms", ConfigType.LONG, "86400000", _STORED_ONLY_COMPACTION,
+            _integer(0, INT64_MAX), "log.cleaner.delete.retention.ms"),
+    _stored("min.compaction.lag.ms", ConfigType.LONG, "0", _STORED_ONLY_COMPACTION,
+            _integer(0, INT64_MAX), "log.cleaner.min.compaction.lag.ms"),
+    _stored("max.compaction.lag.ms", ConfigType.LONG, LONG_MAX, _STORED_ONLY_COMPACTION,
+            _integer(1, INT64_MAX), "log.cleaner.max.compaction.lag.ms"),
+    _stored("min.cleanable.dirty.ratio", ConfigType.DOUBLE, "0.5", _STORED_ONLY_COMPACTION,
+            _ratio, "log.cleaner.min.cleanable.ratio"),
+    _stored("local.retention.ms", ConfigType.LONG, "-2", _STORED_ONLY_TIERING,
+            _integer(-2, INT64_MAX), "log.local.retention.ms"),
+    _stored("local.retention.bytes", ConfigType.LONG, "-2", _STORED_ONLY_TIERING,
+            _integer(-2, INT64_MAX), "log.local.retention.bytes"),
+    _stored("remote.storage.enable", ConfigType.BOOLEAN, "false", _STORED_ONLY_TIERING,
+            _boolean, None),
+    _stored("remote.log.copy.disable", ConfigType.BOOLEAN, "false", _STORED_ONLY_TIERING,
+            _boolean, None),
+    _stored("remote.log.delete.on.disable", ConfigType.BOOLEAN, "false",
+            _STORED_ONLY_TIERING, _boolean, None),
+    _stored("message.timestamp.difference.max.ms", ConfigType.LONG, LONG_MAX,
+            _STORED_ONLY_TIMESTAMPS, _integer(0, INT64_MAX),
+            "log.message.timestamp.difference.max.ms"),
+    _stored("message.timestamp.before.max.ms", ConfigType.LONG, LONG_MAX,
+            _STORED_ONLY_TIMESTAMPS, _integer(0, INT64_MAX),
+            "log.message.timestamp.before.max.ms"),
+    _stored("message.timestamp.after.max.ms", ConfigType.LONG, LONG_MAX,
+            _STORED_ONLY_TIMESTAMPS, _integer(0, INT64_MAX),
+            "log.message.timestamp.after.max.ms"),
+    _stored("message.downconversion.enable", ConfigType.BOOLEAN, "true",
+            "Stored only: Produce v0-2 and Fetch below v4 are not served, so there is nothing "
+            "to down-convert.", _boolean, "log.message.downconversion.enable"),
+    _stored("message.format.version", ConfigType.STRING, "3.0-IV1", _STORED_ONLY_FORMAT,
+            _message_format_version, "log.message.format.version"),
     TopicConfigDef(
         "streamgate.scaling.policy",
         ConfigType.STRING,
@@ -272,6 +377,19 @@ _DEFS = (
         "The fewest open segments the stream scales down to (at most its partition count).",
         _integer(1, INT32_MAX),
     ),
+)
+
+# Configs streamgate acts on (the rest of Kafka's are stored and described only).
+APPLIED_CONFIGS = frozenset(
+    {
+        "cleanup.policy",
+        "retention.ms",
+        "retention.bytes",
+        "max.message.bytes",
+        "message.timestamp.type",
+        "compression.type",
+    }
+    | {d.name for d in _DEFS if d.name.startswith("streamgate.")}
 )
 
 TOPIC_CONFIGS: dict[str, TopicConfigDef] = {d.name: d for d in _DEFS}

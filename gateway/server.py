@@ -17,7 +17,17 @@ from typing import Any
 import trio
 
 from core.errors import ErrorCode
-from gateway.handlers import admin, cluster, configs, data, groups, offsets, records
+from gateway.handlers import (
+    acls,
+    admin,
+    cluster,
+    configs,
+    data,
+    groups,
+    offsets,
+    records,
+    replicas,
+)
 from gateway.handlers.context import CLIENT_HOST, GatewayContext
 from gateway.protocol.apis import SUPPORTED_APIS, ApiKey
 from gateway.protocol.codec import (
@@ -59,6 +69,14 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.CREATE_PARTITIONS: cluster.create_partitions,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: configs.incremental_alter_configs,
     ApiKey.DESCRIBE_CLUSTER: cluster.describe_cluster,
+    ApiKey.ALTER_REPLICA_LOG_DIRS: replicas.alter_replica_log_dirs,
+    ApiKey.DESCRIBE_LOG_DIRS: replicas.describe_log_dirs,
+    ApiKey.ELECT_LEADERS: replicas.elect_leaders,
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: replicas.alter_partition_reassignments,
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: replicas.list_partition_reassignments,
+    ApiKey.DESCRIBE_ACLS: acls.describe_acls,
+    ApiKey.CREATE_ACLS: acls.create_acls,
+    ApiKey.DELETE_ACLS: acls.delete_acls,
 }
 assert set(HANDLERS) == set(SUPPORTED_APIS), "every advertised API needs a handler"
 

@@ -60,6 +60,30 @@ TOPIC_DEFAULTS = {
     "segment.ms": ("604800000", DEFAULT),
     "compression.type": ("producer", DEFAULT),
     "min.insync.replicas": ("1", DEFAULT),
+    "segment.jitter.ms": ("0", DEFAULT),
+    "segment.index.bytes": ("10485760", DEFAULT),
+    "index.interval.bytes": ("4096", DEFAULT),
+    "file.delete.delay.ms": ("60000", DEFAULT),
+    "preallocate": ("false", DEFAULT),
+    "flush.messages": ("9223372036854775807", DEFAULT),
+    "flush.ms": ("9223372036854775807", DEFAULT),
+    "unclean.leader.election.enable": ("false", DEFAULT),
+    "leader.replication.throttled.replicas": ("", DEFAULT),
+    "follower.replication.throttled.replicas": ("", DEFAULT),
+    "delete.retention.ms": ("86400000", DEFAULT),
+    "min.compaction.lag.ms": ("0", DEFAULT),
+    "max.compaction.lag.ms": ("9223372036854775807", DEFAULT),
+    "min.cleanable.dirty.ratio": ("0.5", DEFAULT),
+    "local.retention.ms": ("-2", DEFAULT),
+    "local.retention.bytes": ("-2", DEFAULT),
+    "remote.storage.enable": ("false", DEFAULT),
+    "remote.log.copy.disable": ("false", DEFAULT),
+    "remote.log.delete.on.disable": ("false", DEFAULT),
+    "message.timestamp.difference.max.ms": ("9223372036854775807", DEFAULT),
+    "message.timestamp.before.max.ms": ("9223372036854775807", DEFAULT),
+    "message.timestamp.after.max.ms": ("9223372036854775807", DEFAULT),
+    "message.downconversion.enable": ("true", DEFAULT),
+    "message.format.version": ("3.0-IV1", DEFAULT),
     "streamgate.scaling.policy": ("fixed", DEFAULT),
     "streamgate.scaling.target.rate": ("0", DEFAULT),
     "streamgate.scaling.scale.factor": ("2", DEFAULT),
@@ -218,14 +242,16 @@ def test_create_topic_with_valid_configs_confluent(shared_gateway, topic):
 @pytest.mark.parametrize(
     ("configs", "message_part"),
     [
-        ({"cleanup.policy": "compact"}, "cleanup.policy=compact is not supported"),
-        ({"cleanup.policy": "delete,compact"}, "cleanup.policy=compact is not supported"),
+        ({"cleanup.policy": "shred"}, "cleanup.policy must be one of"),
+        ({"cleanup.policy": "delete,shred"}, "cleanup.policy must be one of"),
         ({"no.such.config": "1"}, "unknown topic config 'no.such.config'"),
         ({"streamgate.nope": "1"}, "unknown topic config 'streamgate.nope'"),
         ({"retention.ms": "a week"}, "retention.ms must be an integer"),
         ({"retention.ms": "-2"}, "retention.ms must be between -1"),
         ({"message.timestamp.type": "Sometime"}, "message.timestamp.type must be one of"),
-        ({"compression.type": "gzip"}, "compression.type=gzip is not supported"),
+        ({"compression.type": "brotli"}, "compression.type must be one of"),
+        ({"min.cleanable.dirty.ratio": "2"}, "min.cleanable.dirty.ratio must be between 0"),
+        ({"preallocate": "maybe"}, "preallocate must be true or false"),
         ({"streamgate.scaling.policy": "event-rate"}, "needs streamgate.scaling.target.rate > 0"),
         ({"streamgate.scaling.min.segments": "3"}, "exceeds the topic's 2 partitions"),
         ({"streamgate.scaling.scale.factor": "1"}, "scale.factor must be between 2"),
@@ -249,7 +275,7 @@ def test_create_topic_validate_only_confluent(shared_gateway, topic):
     assert futures[topic].result(TIMEOUT) is None
     assert topic not in client.list_topics(timeout=TIMEOUT).topics
     futures = client.create_topics(
-        [NewTopic(topic, 2, 1, config={"cleanup.policy": "compact"})], validate_only=True
+        [NewTopic(topic, 2, 1, config={"cleanup.policy": "shred"})], validate_only=True
     )
     assert kafka_error(futures[topic]).code() == ERR_INVALID_CONFIG
 
@@ -276,7 +302,7 @@ def test_alter_configs_replaces_whole_set_confluent(shared_gateway, topic):
     expected["retention.bytes"] = ("7", DYNAMIC)  # retention.ms went back to its default
     assert describe_topic(client, topic) == expected
 
-    bad = ConfigResource(ResourceType.TOPIC, topic, set_config={"cleanup.policy": "compact"})
+    bad = ConfigResource(ResourceType.TOPIC, topic, set_config={"cleanup.policy": "shred"})
     assert kafka_error(next(iter(client.alter_configs([bad]).values()))).code() == (
         ERR_INVALID_CONFIG
     )
@@ -314,7 +340,7 @@ def test_incremental_alter_configs_confluent(shared_gateway, topic):
     assert describe_topic(client, topic) == expected
 
     refused = [
-        ConfigEntry("cleanup.policy", "compact", incremental_operation=APPEND),
+        ConfigEntry("cleanup.policy", "shred", incremental_operation=APPEND),
         ConfigEntry("cleanup.policy", "delete", incremental_operation=SUBTRACT),  # empty list
         ConfigEntry("retention.ms", "5", incremental_operation=APPEND),  # not a list
         ConfigEntry("retention.ms", "5", incremental_operation=SUBTRACT),
@@ -520,7 +546,7 @@ def test_alter_configs_kafka_python(shared_gateway, topic):
             "retention.ms": "2000",
             "retention.bytes": "4096",
         }
-        bad = KpConfigResource(ConfigResourceType.TOPIC, topic, {"cleanup.policy": "compact"})
+        bad = KpConfigResource(ConfigResourceType.TOPIC, topic, {"cleanup.policy": "shred"})
         result = client.alter_configs([bad])["topic"][topic]
         assert result.startswith("[Error 40] InvalidConfigurationError"), result
         reset = KpConfigResource(ConfigResourceType.TOPIC, topic, ["retention.ms"])

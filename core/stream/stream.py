@@ -10,6 +10,7 @@ tier-2 chunks the partitions index).
 from __future__ import annotations
 
 import functools
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -68,6 +69,10 @@ class Stream:
     @property
     def name(self) -> str:
         return self.record.name
+
+    @property
+    def topic_id(self) -> uuid.UUID:
+        return self.record.topic_id
 
     @property
     def partition_count(self) -> int:

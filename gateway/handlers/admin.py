@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import Any
 
-from core.api import TopicError, validate_topic_name
+from core.api import ZERO_UUID, Topic, TopicError, validate_topic_name
 from core.errors import ErrorCode
 from gateway.protocol.apis import SUPPORTED_APIS
 from gateway.protocol.codec import RequestHeader
 from gateway.protocol.metadata_response import TopicMetadata, encode_metadata_response
 
+from .assignments import check_create_assignments
 from .cluster import cluster_authorized_operations
 from .configs import topic_config_entries
 from .context import GatewayContext
@@ -44,11 +46,13 @@ async def metadata(ctx: GatewayContext, header: RequestHeader, body: Any) -> byt
     auto_create = getattr(body, "allow_auto_topic_creation", True)
     topics: list[TopicMetadata] = []
     if requested is None or (header.api_version == 0 and not requested):
-        for existing in store.topics():
-            topics.append(TopicMetadata(ErrorCode.NONE, existing.name, existing.partition_count))
+        topics.extend(_topic_metadata(t) for t in store.topics())
     else:
         for item in requested:
             name = item.name
+            if name is None:  # v10+: a topic asked for by id
+                topics.append(_topic_metadata_by_id(ctx, getattr(item, "topic_id", None)))
+                continue
             try:
                 validate_topic_name(name)
                 stream = store.get_or_create(name) if auto_create else store.get(name)
@@ -58,7 +62,7 @@ async def metadata(ctx: GatewayContext, header: RequestHeader, body: Any) -> byt
             if stream is None:
                 topics.append(TopicMetadata(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name, 0))
             else:
-                topics.append(TopicMetadata(ErrorCode.NONE, stream.name, stream.partition_count))
+                topics.append(_topic_metadata(stream))
     return encode_metadata_response(
         header.correlation_id,
         header.api_version,
@@ -74,6 +78,17 @@ async def metadata(ctx: GatewayContext, header: RequestHeader, body: Any) -> byt
     )
 
 
+def _topic_metadata(topic: Topic) -> TopicMetadata:
+    return TopicMetadata(ErrorCode.NONE, topic.name, topic.partition_count, topic.topic_id)
+
+
+def _topic_metadata_by_id(ctx: GatewayContext, topic_id: uuid.UUID | None) -> TopicMetadata:
+    topic = ctx.store.topic_by_id(topic_id or ZERO_UUID)
+    if topic is None:
+        return TopicMetadata(ErrorCode.UNKNOWN_TOPIC_ID, None, 0, topic_id or ZERO_UUID)
+    return _topic_metadata(topic)
+
+
 async def create_topics(ctx: GatewayContext, header: RequestHeader, body: Any) -> dict[str, Any]:
     results = []
     for topic in body.topics:
@@ -86,8 +101,10 @@ async def create_topics(ctx: GatewayContext, header: RequestHeader, body: Any) -
             "replication_factor": -1,
         }
         try:
+            if topic.assignments:
+                check_create_assignments(ctx, topic)
             # Durability comes from fsync and tier 2, not replicas: any factor is accepted.
-            if topic.replication_factor == 0 or topic.replication_factor < -1:
+            elif topic.replication_factor == 0 or topic.replication_factor < -1:
                 raise TopicError(
                     ErrorCode.INVALID_REPLICATION_FACTOR,
                     "replication factor must be -1 or positive",
@@ -97,6 +114,7 @@ async def create_topics(ctx: GatewayContext, header: RequestHeader, body: Any) -
             else:
                 stream = ctx.store.create_topic(topic.name, partitions, configs)
                 count, checked = stream.partition_count, stream.configs
+                result["topic_id"] = stream.topic_id  # v7+
             result["num_partitions"] = count
             result["replication_factor"] = 1
             result["configs"] = [  # v5+: every config of the new topic, with its source
@@ -117,15 +135,29 @@ async def create_topics(ctx: GatewayContext, header: RequestHeader, body: Any) -
 
 
 async def delete_topics(ctx: GatewayContext, header: RequestHeader, body: Any) -> dict[str, Any]:
+    # v6+ names topics by name or by id (`topics`); older versions by name (`topic_names`).
+    wanted: list[tuple[str | None, uuid.UUID | None]] = (
+        [(t.name, t.topic_id) for t in body.topics]
+        if hasattr(body, "topics")
+        else [(name, None) for name in body.topic_names]
+    )
     responses = []
-    for name in body.topic_names:
+    for name, topic_id in wanted:
+        response: dict[str, Any] = {"name": name, "topic_id": topic_id or ZERO_UUID}
         try:
+            if name is None:
+                found = ctx.store.topic_by_id(topic_id or ZERO_UUID)
+                if found is None:
+                    raise TopicError(ErrorCode.UNKNOWN_TOPIC_ID, f"no topic with id {topic_id}")
+                name = response["name"] = found.name
+            existing = ctx.store.get(name)
+            if existing is not None:
+                response["topic_id"] = existing.topic_id
             await ctx.store.delete_topic(name)
-            responses.append({"name": name, "error_code": ErrorCode.NONE})
+            response["error_code"] = ErrorCode.NONE
         except TopicError as exc:
-            responses.append(
-                {"name": name, "error_code": exc.error_code, "error_message": str(exc)}
-            )
+            response.update(error_code=exc.error_code, error_message=str(exc))
+        responses.append(response)
     return {"responses": responses}
 
 

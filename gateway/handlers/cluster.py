@@ -2,7 +2,8 @@
 
 CreatePartitions grows a topic's virtual partition count; the stream's tail segment takes
 over the new partitions (core.store.StreamStore.grow_partitions). Replica assignments are
-accepted and ignored: there is one node, and durability comes from fsync.
+checked like Kafka's (only this node may be named), then ignored: there is one node, and
+durability comes from fsync.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from core.api import TopicError
 from core.errors import ErrorCode
 from gateway.protocol.codec import RequestHeader
 
+from .assignments import check_new_partition_assignments
 from .context import GatewayContext
 
 _ENDPOINT_BROKERS = 1
@@ -44,6 +46,8 @@ async def create_partitions(
         try:
             if counts[topic.name] > 1:
                 raise TopicError(ErrorCode.INVALID_REQUEST, "topic listed more than once")
+            if topic.assignments is not None:
+                check_new_partition_assignments(ctx, topic)
             ctx.store.grow_partitions(topic.name, topic.count, body.validate_only)
         except TopicError as exc:
             result["error_code"] = exc.error_code

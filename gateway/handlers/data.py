@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+import uuid
 from collections.abc import Awaitable
 from typing import Any
 
@@ -9,6 +11,7 @@ import trio
 
 from core.api import AppendResult, PendingAppend, StoreError, Topic, TopicError
 from core.errors import ErrorCode
+from core.produce_rules import Rewritten, apply_rules, rules_for
 from core.topic_config import max_message_bytes
 from gateway.errors import log_store_error
 from gateway.protocol.codec import RequestHeader
@@ -19,6 +22,7 @@ from .context import GatewayContext
 _VALID_ACKS = (-1, 0, 1)
 # ListOffsets special timestamps; -3 (max timestamp) is resolved by Topic.offset_for_timestamp.
 _EARLIEST, _LATEST = -2, -1
+_EARLIEST_LOCAL = -4  # v8 (KIP-405): the first offset still in tier 1
 
 
 def produce(
@@ -32,6 +36,7 @@ def produce(
     """
     acks = body.acks
     started: dict[tuple[str, int], AppendResult | PendingAppend] = {}
+    extras: dict[tuple[str, int], Rewritten] = {}
     for topic in body.topic_data:
         stream: Topic | None = None
         error: int = ErrorCode.NONE
@@ -47,21 +52,38 @@ def produce(
             if stream is None and not error:
                 error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         limit = ctx.max_message_bytes
+        rules = None
         if stream is not None:  # the topic's max.message.bytes overrides the gateway's
             limit = max_message_bytes(stream.configs, limit)
+            rules = rules_for(stream.configs)
         for part in topic.partition_data:
             key = (topic.name, part.index)
+            records = part.records
             if stream is None:
                 started[key] = AppendResult(error)
-            elif part.records is not None and len(part.records) > limit:
+            elif records is not None and len(records) > limit:
                 started[key] = AppendResult(ErrorCode.MESSAGE_TOO_LARGE)
             else:
-                started[key] = stream.start_append(part.index, part.records, acks)
-    return _finish_produce(body, acks, started)
+                if rules is not None:  # compression.type, LogAppendTime, compact
+                    rewritten = apply_rules(rules, records, topic.name, part.index, _now_ms())
+                    extras[key] = rewritten
+                    if rewritten.error:
+                        started[key] = AppendResult(rewritten.error, message=rewritten.message)
+                        continue
+                    records = rewritten.records
+                started[key] = stream.start_append(part.index, records, acks)
+    return _finish_produce(body, acks, started, extras)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 async def _finish_produce(
-    body: Any, acks: int, started: dict[tuple[str, int], AppendResult | PendingAppend]
+    body: Any,
+    acks: int,
+    started: dict[tuple[str, int], AppendResult | PendingAppend],
+    extras: dict[tuple[str, int], Rewritten],
 ) -> dict[str, Any] | None:
     # Every partition was queued before this first await: they share one group commit.
     results = {
@@ -75,7 +97,10 @@ async def _finish_produce(
             {
                 "name": topic.name,
                 "partition_responses": [
-                    _partition_response(part.index, results[(topic.name, part.index)])
+                    _with_extras(
+                        _partition_response(part.index, results[(topic.name, part.index)]),
+                        extras.get((topic.name, part.index)),
+                    )
                     for part in topic.partition_data
                 ],
             }
@@ -93,6 +118,19 @@ def _partition_response(index: int, result: AppendResult) -> dict[str, Any]:
         "log_start_offset": result.log_start_offset,
         "error_message": result.message,
     }
+
+
+def _with_extras(response: dict[str, Any], rewritten: Rewritten | None) -> dict[str, Any]:
+    """Add what the topic's produce rules decided: KIP-467 record errors (v8+), the
+    LogAppendTime stamp."""
+    if rewritten is not None:
+        response["record_errors"] = [
+            {"batch_index": index, "batch_index_error_message": why}
+            for index, why in rewritten.record_errors
+        ]
+        if response["error_code"] == ErrorCode.NONE:
+            response["log_append_time"] = rewritten.log_append_time
+    return response
 
 
 async def fetch(ctx: GatewayContext, header: RequestHeader, body: Any) -> bytes:
@@ -113,18 +151,19 @@ async def fetch(ctx: GatewayContext, header: RequestHeader, body: Any) -> bytes:
 
 async def _read_fetch(
     ctx: GatewayContext, body: Any, max_bytes: int
-) -> tuple[list[tuple[str, list[PartitionData]]], int, bool]:
+) -> tuple[list[tuple[str | uuid.UUID, list[PartitionData]]], int, bool]:
     topics = []
     total = 0
     has_error = False
     for topic in body.topics:
-        stream = ctx.store.get(topic.topic)
+        key, stream = _fetch_topic(ctx, topic)
+        unknown = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if isinstance(key, str) else (
+            ErrorCode.UNKNOWN_TOPIC_ID
+        )
         partitions = []
         for part in topic.partitions:
             if stream is None:
-                partitions.append(
-                    PartitionData(part.partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-                )
+                partitions.append(PartitionData(part.partition, unknown))
                 has_error = True
                 continue
             budget = min(part.partition_max_bytes, max_bytes - total)
@@ -141,8 +180,16 @@ async def _read_fetch(
             has_error = has_error or result.error != ErrorCode.NONE
             total += data.records_size
             partitions.append(data)
-        topics.append((topic.topic, partitions))
+        topics.append((key, partitions))
     return topics, total, has_error
+
+
+def _fetch_topic(ctx: GatewayContext, topic: Any) -> tuple[str | uuid.UUID, Topic | None]:
+    """A fetched topic's key (its name, or its id from v13 on) and its stream."""
+    if hasattr(topic, "topic_id"):  # kio reads the zero id as None
+        topic_id = topic.topic_id or uuid.UUID(int=0)
+        return topic_id, ctx.store.topic_by_id(topic_id)
+    return topic.topic, ctx.store.get(topic.topic)
 
 
 async def _wait_for_data(ctx: GatewayContext, body: Any, deadline: float) -> bool:
@@ -150,7 +197,7 @@ async def _wait_for_data(ctx: GatewayContext, body: Any, deadline: float) -> boo
     event = trio.Event()
     watched = []
     for topic in body.topics:
-        stream = ctx.store.get(topic.topic)
+        _, stream = _fetch_topic(ctx, topic)
         if stream is None:
             continue
         for part in topic.partitions:
@@ -188,6 +235,9 @@ async def list_offsets(ctx: GatewayContext, header: RequestHeader, body: Any) ->
                     result["offset"] = partition.log_start_offset
                 elif part.timestamp == _LATEST:
                     result["offset"] = partition.high_watermark
+                elif part.timestamp == _EARLIEST_LOCAL:
+                    local = max(partition.local_start_offset, partition.log_start_offset)
+                    result["offset"] = min(local, partition.high_watermark)
                 else:
                     try:
                         offset, timestamp = await stream.offset_for_timestamp(

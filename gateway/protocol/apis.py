@@ -29,11 +29,19 @@ class ApiKey(IntEnum):
     DELETE_TOPICS = 20
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
+    DESCRIBE_ACLS = 29
+    CREATE_ACLS = 30
+    DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
+    ALTER_REPLICA_LOG_DIRS = 34
+    DESCRIBE_LOG_DIRS = 35
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
+    ELECT_LEADERS = 43
     INCREMENTAL_ALTER_CONFIGS = 44
+    ALTER_PARTITION_REASSIGNMENTS = 45
+    LIST_PARTITION_REASSIGNMENTS = 46
     OFFSET_DELETE = 47
     DESCRIBE_CLUSTER = 60
 
@@ -60,8 +68,8 @@ class ApiSupport:
 
 SUPPORTED_APIS: dict[int, ApiSupport] = {
     ApiKey.PRODUCE: ApiSupport(0, 9, 9, accepted_min=3),
-    ApiKey.FETCH: ApiSupport(4, 12, 12),
-    ApiKey.LIST_OFFSETS: ApiSupport(1, 7, 6),
+    ApiKey.FETCH: ApiSupport(4, 15, 12),  # v13+: topic ids
+    ApiKey.LIST_OFFSETS: ApiSupport(1, 8, 6),
     ApiKey.METADATA: ApiSupport(0, 12, 9),
     ApiKey.OFFSET_COMMIT: ApiSupport(2, 8, 8),
     ApiKey.OFFSET_FETCH: ApiSupport(1, 7, 6),
@@ -73,8 +81,8 @@ SUPPORTED_APIS: dict[int, ApiSupport] = {
     ApiKey.DESCRIBE_GROUPS: ApiSupport(0, 5, 5),
     ApiKey.LIST_GROUPS: ApiSupport(0, 4, 3),
     ApiKey.API_VERSIONS: ApiSupport(0, 3, 3),
-    ApiKey.CREATE_TOPICS: ApiSupport(2, 5, 5),
-    ApiKey.DELETE_TOPICS: ApiSupport(1, 4, 4),
+    ApiKey.CREATE_TOPICS: ApiSupport(2, 7, 5),  # v7: topic id
+    ApiKey.DELETE_TOPICS: ApiSupport(1, 6, 4),  # v6: by topic id
     ApiKey.DELETE_RECORDS: ApiSupport(0, 2, 2),
     ApiKey.INIT_PRODUCER_ID: ApiSupport(0, 4, 2),
     ApiKey.DELETE_GROUPS: ApiSupport(0, 2, 2),
@@ -84,4 +92,14 @@ SUPPORTED_APIS: dict[int, ApiSupport] = {
     ApiKey.CREATE_PARTITIONS: ApiSupport(0, 3, 2),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: ApiSupport(0, 1, 1),
     ApiKey.DESCRIBE_CLUSTER: ApiSupport(0, 1, 0),
+    # Admin APIs answered by gateway/handlers/replicas.py (one node, one log dir).
+    ApiKey.ALTER_REPLICA_LOG_DIRS: ApiSupport(1, 2, 2),
+    ApiKey.DESCRIBE_LOG_DIRS: ApiSupport(1, 4, 2),
+    ApiKey.ELECT_LEADERS: ApiSupport(0, 2, 2),
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: ApiSupport(0, 0, 0),
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: ApiSupport(0, 0, 0),
+    # SECURITY_DISABLED, as Kafka without an authorizer (gateway/handlers/acls.py).
+    ApiKey.DESCRIBE_ACLS: ApiSupport(1, 3, 2),
+    ApiKey.CREATE_ACLS: ApiSupport(1, 3, 2),
+    ApiKey.DELETE_ACLS: ApiSupport(1, 3, 2),
 }

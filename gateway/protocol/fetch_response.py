@@ -1,4 +1,4 @@
-"""Hand-written Fetch response encoder (v4-v12) for the hot read path.
+"""Hand-written Fetch response encoder (v4-v15) for the hot read path.
 
 The record batches are passed through untouched as buffers; only the small framing around
 them is packed, so a response of many large batches costs microseconds, not a re-encode.
@@ -7,6 +7,7 @@ them is packed, so a response of many large batches costs microseconds, not a re
 from __future__ import annotations
 
 import struct
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -33,12 +34,15 @@ class PartitionData:
 def encode_fetch_response(
     correlation_id: int,
     version: int,
-    topics: Sequence[tuple[str, Sequence[PartitionData]]],
+    topics: Sequence[tuple[str | uuid.UUID, Sequence[PartitionData]]],
     *,
     error_code: int = 0,
     throttle_time_ms: int = 0,
 ) -> list[bytes | memoryview]:
-    """Return the response (header + body, no size prefix) as a list of buffers."""
+    """Return the response (header + body, no size prefix) as a list of buffers.
+
+    A topic is keyed by its name, or from v13 on by its topic id (a UUID).
+    """
     flexible = version >= 12
     parts: list[bytes | memoryview] = [I32.pack(correlation_id)]
     if flexible:
@@ -50,7 +54,7 @@ def encode_fetch_response(
     parts.append(array_len(len(topics), flexible))
     empty_aborted = array_len(0, flexible)
     for name, partitions in topics:
-        parts.append(string(name, flexible))
+        parts.append(name.bytes if isinstance(name, uuid.UUID) else string(name, flexible))
         parts.append(array_len(len(partitions), flexible))
         for p in partitions:
             head = _PARTITION.pack(

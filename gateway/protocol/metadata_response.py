@@ -24,7 +24,7 @@ _NO_OPERATIONS = -(2**31)  # authorized operations not requested
 @dataclass(frozen=True, slots=True)
 class TopicMetadata:
     error_code: int
-    name: str
+    name: str | None  # None: a topic asked for by an unknown id (v10+)
     partitions: int  # count; 0 with an error
     topic_id: uuid.UUID = uuid.UUID(int=0)
 
