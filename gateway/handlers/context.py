@@ -16,6 +16,10 @@ ZERO_UUID = uuid.UUID(int=0)
 # The client address of the connection a request arrived on; the server sets it per
 # connection and request tasks inherit it (trio copies the context into new tasks).
 CLIENT_HOST: ContextVar[str] = ContextVar("client_host", default="")
+# The connection's authenticated principal, Kafka style ("User:alice"); the anonymous
+# principal until SASL or a client certificate says otherwise. Set per connection by the
+# server (security), read by the authorizer (ACLs) and quotas.
+PRINCIPAL: ContextVar[str] = ContextVar("principal", default="User:ANONYMOUS")
 
 
 @dataclass(slots=True)
