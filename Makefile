@@ -5,11 +5,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint bench clean mosquitto-installed
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet -e '.[test,bench]'
+	$(BIN)/pip install --quiet -e '.[test,bench,bridge]'
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -21,10 +21,16 @@ kcat-installed:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq kcat; }
 
+# mosquitto (Debian package) is the MQTT broker of the bridge tests; never run as a service.
+mosquitto-installed:
+	@command -v mosquitto >/dev/null || [ -x /usr/sbin/mosquitto ] || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq mosquitto; }
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-test: $(STAMP) kcat-installed lint
+test: $(STAMP) kcat-installed mosquitto-installed lint
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)

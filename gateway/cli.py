@@ -11,6 +11,7 @@ import sys
 
 import trio
 
+from bridge import cli as bridge_cli
 from core.tiering import TierSettings
 from gateway.app import Settings, serve
 from gateway.groups_cli import add_groups_parser, run_groups
@@ -169,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_groups_parser(commands)
     add_streams_parser(commands)
+    bridge_cli.register(commands)  # `streamgate bridge mqtt ...` (package bridge/)
     return parser
 
 
@@ -224,6 +226,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_groups(args)
     elif args.command == "streams":
         return run_streams(args)
+    elif args.command == "bridge":
+        return bridge_cli.run(args)
     return 0
 
 
