@@ -7,6 +7,7 @@ come from `trustme` (`ca_pem`, `client_cert_pem`, `client_key_pem` for clients).
 
 from __future__ import annotations
 
+import getpass
 import shutil
 import subprocess
 from pathlib import Path
@@ -71,6 +72,8 @@ class Mosquitto(ManagedProcess):
         persist = self.work_dir / "persist"
         persist.mkdir(exist_ok=True)
         lines = [
+            # As root, mosquitto drops to user "mosquitto", who cannot read our temp files.
+            f"user {getpass.getuser()}",
             "per_listener_settings false",
             "persistence true",
             f"persistence_location {persist}/",

@@ -96,6 +96,7 @@ class MqttSide:
         self.client.on_message = self._on_message
         self._first = threading.Event()
         self._first_error: str | None = None
+        self._closed_early = False
 
     def _on_connect(
         self,
@@ -130,6 +131,9 @@ class MqttSide:
         reason: ReasonCode,
         properties: Properties | None,
     ) -> None:
+        if not self._first.is_set():
+            self._closed_early = True
+            self._first.set()
         if self.stats.mqtt_connected:
             self.stats.mqtt_disconnects += 1
             log.warning("MQTT connection lost (%s): reconnecting", reason)
@@ -142,13 +146,17 @@ class MqttSide:
         """Connect (raising ConnectFailed with a clear line) and start paho's thread."""
         connect(self.client, self.cfg)
         self.client.loop_start()
+        hint = "" if self.cfg.mqtt.tls else " (a TLS port? then use mqtts://)"
+        where = f"{self.cfg.mqtt.host}:{self.cfg.mqtt.port}"
         if not self._first.wait(CONNACK_TIMEOUT_S):
             self.client.loop_stop()
-            hint = "" if self.cfg.mqtt.tls else " (a TLS port? then use mqtts://)"
             raise ConnectFailed(
                 f"no answer (CONNACK) from MQTT broker {self.cfg.mqtt.host}:{self.cfg.mqtt.port}"
                 f" within {CONNACK_TIMEOUT_S:.0f} s{hint}"
             )
+        if self._closed_early:
+            self.client.loop_stop()
+            raise ConnectFailed(f"MQTT broker {where} closed the connection before answering{hint}")
         if self._first_error is not None:
             self.client.loop_stop()
             self.client.disconnect()

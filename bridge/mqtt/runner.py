@@ -78,9 +78,10 @@ def run(cfg: BridgeConfig) -> int:
         f"; reverse {rev}" if rev else "",
     )
     reverse = Reverse(cfg, stats, side.client) if cfg.reverse else None
+    reverse_thread = None
     if reverse is not None:
-        t = threading.Thread(target=reverse.run, name="reverse", daemon=True)
-        t.start()
+        reverse_thread = threading.Thread(target=reverse.run, name="reverse", daemon=True)
+        reverse_thread.start()
     status_thread = None
     if cfg.status == "on" or (cfg.status == "auto" and sys.stdout.isatty()):
         status_thread = threading.Thread(
@@ -93,8 +94,9 @@ def run(cfg: BridgeConfig) -> int:
             log.info("%s", status_text(stats))
             last_log = time.monotonic()
     log.info("stopping")
-    if reverse is not None:
+    if reverse is not None and reverse_thread is not None:
         reverse.stop.set()
+        reverse_thread.join(timeout=15)  # closing the consumer leaves the group at once
     side.stop()  # no new messages; unacked ones stay with the broker's session
     if pipeline is not None:
         pipeline.stop.set()
