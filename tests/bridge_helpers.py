@@ -63,8 +63,9 @@ class Fleet:
                 if self.version == 5:
                     props = Properties(PacketTypes.PUBLISH)
                     props.UserProperty = [("seq", str(seq))]
-                infos.append(c.publish(f"plant/{dev}/sensors/temp", body, qos=qos,
-                                       properties=props))
+                infos.append(
+                    c.publish(f"plant/{dev}/sensors/temp", body, qos=qos, properties=props)
+                )
         for info in infos:
             info.wait_for_publish(timeout=60)
         return len(infos)
@@ -79,12 +80,18 @@ class Fleet:
             c.loop_stop()
 
 
-def read_topic(bootstrap: str, topic: str, expect: int, timeout: float = 60.0,
-               settle: float = 1.0) -> list:
+def read_topic(
+    bootstrap: str, topic: str, expect: int, timeout: float = 60.0, settle: float = 1.0
+) -> list:
     """Every record of `topic` from the beginning: waits for `expect` records, then `settle`
     seconds more to see duplicates beyond the count."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{uuid.uuid4()}",
-                         "enable.auto.commit": False})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"check-{uuid.uuid4()}",
+            "enable.auto.commit": False,
+        }
+    )
     try:
         deadline = time.monotonic() + timeout
         while True:

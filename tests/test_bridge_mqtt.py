@@ -46,10 +46,21 @@ def broker(tmp_path_factory: pytest.TempPathFactory):
 
 
 def bridge_args(broker_url: str, gw: Gateway, topic: str, tmp: Path, *extra: str) -> list[str]:
-    return ["--mqtt", broker_url, "--gateway", gw.bootstrap,
-            "--map", f"plant/+/sensors/#={topic}", "--key-level", "2",
-            "--client-id", f"bridge-{uuid.uuid4().hex[:8]}",
-            "--spool-dir", str(tmp / "spool"), *extra]
+    return [
+        "--mqtt",
+        broker_url,
+        "--gateway",
+        gw.bootstrap,
+        "--map",
+        f"plant/+/sensors/#={topic}",
+        "--key-level",
+        "2",
+        "--client-id",
+        f"bridge-{uuid.uuid4().hex[:8]}",
+        "--spool-dir",
+        str(tmp / "spool"),
+        *extra,
+    ]
 
 
 def start_bridge(tmp: Path, args: list[str], name: str = "bridge") -> MqttBridge:
@@ -62,8 +73,9 @@ def start_bridge(tmp: Path, args: list[str], name: str = "bridge") -> MqttBridge
 def test_many_devices_exactly_once_in_order_with_headers(gw, broker, tmp_path, version):
     topic = f"sensors-{uuid.uuid4().hex[:8]}"
     v = 5 if version == "5" else 3
-    bridge = start_bridge(tmp_path, bridge_args(broker.url, gw, topic, tmp_path,
-                                                "--mqtt-version", version))
+    bridge = start_bridge(
+        tmp_path, bridge_args(broker.url, gw, topic, tmp_path, "--mqtt-version", version)
+    )
     fleet = Fleet(broker, devices=200 if v == 5 else 50, version=v)
     try:
         for _ in range(10):
@@ -111,9 +123,21 @@ def test_payload_bytes_and_retain_pass_through(gw, broker, tmp_path):
     c.loop_start()
     # retained before the bridge subscribes: delivered to it with the retain flag set
     c.publish(f"{prefix}/state", b"on", qos=1, retain=True).wait_for_publish(10)
-    bridge = start_bridge(tmp_path, ["--mqtt", broker.url, "--gateway", gw.bootstrap, "--map",
-                                     f"{prefix}/#={topic}", "--spool-dir", str(tmp_path / "sp"),
-                                     "--client-id", prefix])
+    bridge = start_bridge(
+        tmp_path,
+        [
+            "--mqtt",
+            broker.url,
+            "--gateway",
+            gw.bootstrap,
+            "--map",
+            f"{prefix}/#={topic}",
+            "--spool-dir",
+            str(tmp_path / "sp"),
+            "--client-id",
+            prefix,
+        ],
+    )
     try:
         infos = [c.publish(f"{prefix}/blob", p, qos=1) for p in payloads]
         for i in infos:
@@ -135,9 +159,18 @@ def test_payload_bytes_and_retain_pass_through(gw, broker, tmp_path):
 
 def test_tls_with_client_certificate(gw, broker, tmp_path):
     topic = f"tls-{uuid.uuid4().hex[:8]}"
-    args = bridge_args(broker.tls_url, gw, topic, tmp_path, "--ca", str(broker.ca_pem),
-                       "--cert", str(broker.client_cert_pem), "--key",
-                       str(broker.client_key_pem))
+    args = bridge_args(
+        broker.tls_url,
+        gw,
+        topic,
+        tmp_path,
+        "--ca",
+        str(broker.ca_pem),
+        "--cert",
+        str(broker.client_cert_pem),
+        "--key",
+        str(broker.client_key_pem),
+    )
     bridge = start_bridge(tmp_path, args)
     fleet = Fleet(broker, devices=5)
     try:
@@ -153,12 +186,26 @@ def test_tls_with_client_certificate(gw, broker, tmp_path):
 def test_shared_subscription_two_bridges(gw, broker, tmp_path):
     topic = f"shared-{uuid.uuid4().hex[:8]}"
     group = f"g{uuid.uuid4().hex[:6]}"
-    common = ["--mqtt", broker.url, "--gateway", gw.bootstrap, "--key-level", "2",
-              "--map", f"$share/{group}/plant/+/sensors/#={topic}"]
-    b1 = start_bridge(tmp_path, [*common, "--client-id", f"{group}-1", "--spool-dir",
-                                 str(tmp_path / "s1")], name="b1")
-    b2 = start_bridge(tmp_path, [*common, "--client-id", f"{group}-2", "--spool-dir",
-                                 str(tmp_path / "s2")], name="b2")
+    common = [
+        "--mqtt",
+        broker.url,
+        "--gateway",
+        gw.bootstrap,
+        "--key-level",
+        "2",
+        "--map",
+        f"$share/{group}/plant/+/sensors/#={topic}",
+    ]
+    b1 = start_bridge(
+        tmp_path,
+        [*common, "--client-id", f"{group}-1", "--spool-dir", str(tmp_path / "s1")],
+        name="b1",
+    )
+    b2 = start_bridge(
+        tmp_path,
+        [*common, "--client-id", f"{group}-2", "--spool-dir", str(tmp_path / "s2")],
+        name="b2",
+    )
     fleet = Fleet(broker, devices=40)
     try:
         fleet.publish_round(10)
@@ -191,8 +238,18 @@ def test_reverse_publishes_records_and_resumes(gw, broker, tmp_path):
             producer.produce(topic, v.encode(), key=b"k")
         assert producer.flush(30) == 0
 
-    args = ["--mqtt", broker.url, "--gateway", gw.bootstrap, "--reverse",
-            f"{topic}={mqtt_topic}", "--reverse-group", group, "--client-id", group]
+    args = [
+        "--mqtt",
+        broker.url,
+        "--gateway",
+        gw.bootstrap,
+        "--reverse",
+        f"{topic}={mqtt_topic}",
+        "--reverse-group",
+        group,
+        "--client-id",
+        group,
+    ]
     try:
         produce([f"a{i}" for i in range(20)])
         bridge = start_bridge(tmp_path, args)
@@ -218,8 +275,13 @@ def test_reverse_publishes_records_and_resumes(gw, broker, tmp_path):
 
 
 def run_bridge_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gateway", "bridge", "mqtt", *args],
-                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "gateway", "bridge", "mqtt", *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_bad_url_refused_wrong_password_tls_failure(gw, tmp_path):
@@ -240,19 +302,22 @@ def test_bad_url_refused_wrong_password_tls_failure(gw, tmp_path):
     secured = Mosquitto(tmp_path / "secured", users={"dev": "right"}, tls=True)
     secured.start()
     try:
-        r = run_bridge_cli("--mqtt", secured.url, "--username", "dev", "--password", "wrong",
-                           *common)
+        r = run_bridge_cli(
+            "--mqtt", secured.url, "--username", "dev", "--password", "wrong", *common
+        )
         assert r.returncode == 1
         assert "MQTT broker refused the login" in r.stderr, r.stderr
         assert "Traceback" not in r.stderr
         # with the right password it runs (and stops on SIGTERM with exit 0)
-        ok = MqttBridge(tmp_path, ["--mqtt", f"mqtt://dev:right@127.0.0.1:{secured.port}",
-                                   *common], name="ok")
+        ok = MqttBridge(
+            tmp_path, ["--mqtt", f"mqtt://dev:right@127.0.0.1:{secured.port}", *common], name="ok"
+        )
         ok.start(timeout=30)
         assert ok.stop() == 0
         # TLS without the CA: the server certificate cannot be verified
-        r = run_bridge_cli("--mqtt", secured.tls_url, "--username", "dev", "--password",
-                           "right", *common)
+        r = run_bridge_cli(
+            "--mqtt", secured.tls_url, "--username", "dev", "--password", "right", *common
+        )
         assert r.returncode == 1
         assert "TLS with localhost:" in r.stderr and "certificate" in r.stderr, r.stderr
         # plain MQTT against the TLS port: no CONNACK ever comes

@@ -23,6 +23,7 @@ class Stats:
     errors: int = 0  # records streamgate refused for good (written to rejected.jsonl)
     dropped_qos0: int = 0  # QoS 0 messages dropped because the bridge was saturated
     reverse_published: int = 0  # records published to MQTT by --reverse
+    mqtt_acks: int = 0  # QoS 1/2 acknowledgements sent to the MQTT broker
     mqtt_connects: int = 0
     mqtt_disconnects: int = 0
     # gauges, set by the pipeline thread
@@ -42,6 +43,7 @@ HELP = {
     "errors": "records streamgate refused (kept in rejected.jsonl)",
     "dropped_qos0": "QoS 0 messages dropped while saturated",
     "reverse_published": "records published to MQTT by --reverse",
+    "mqtt_acks": "QoS 1/2 acknowledgements sent to the MQTT broker",
     "mqtt_connects": "successful MQTT connections",
     "mqtt_disconnects": "MQTT connections lost",
     "spool_bytes": "bytes in the spool folder",

@@ -97,6 +97,7 @@ class MqttSide:
         self._first = threading.Event()
         self._first_error: str | None = None
         self._closed_early = False
+        self._ack_lock = threading.Lock()
 
     def _on_connect(
         self,
@@ -165,6 +166,8 @@ class MqttSide:
     def ack(self, mid: int, qos: int) -> None:
         if qos > 0:
             self.client.ack(mid, qos)
+            with self._ack_lock:  # called from the pipeline and the producer's poll thread
+                self.stats.mqtt_acks += 1
 
     def stop(self) -> None:
         # Disconnect without a will; the persistent session keeps what arrives meanwhile.

@@ -36,7 +36,7 @@ from confluent_kafka import KafkaError, Message, Producer
 from bridge.mqtt.config import BridgeConfig
 from bridge.mqtt.metrics import Stats
 from bridge.mqtt.records import Record, Router, decode, encode
-from bridge.mqtt.spool import Position, Spool, SpoolFull
+from bridge.mqtt.spool import FRAME_OVERHEAD, Position, Spool, SpoolFull
 
 log = logging.getLogger("bridge.mqtt")
 
@@ -280,24 +280,36 @@ class Pipeline:
             self.spool.max_bytes = limit
 
     def _to_spool(self, msgs: list[Inbound]) -> None:
+        msgs = [m for m in msgs if m.record is not None]
         if not msgs:
             return
         bodies = [encode(m.record) for m in msgs if m.record is not None]
-        try:
-            self.spool.append(bodies)
-        except SpoolFull:
-            # Hold the batch, take nothing new: no MQTT acks go out, so the broker stops
+        # The longest prefix that fits; the rest is held until the spool has room.
+        room = self.spool.max_bytes - self.spool.size_bytes
+        fit = 0
+        for body in bodies:
+            room -= len(body) + FRAME_OVERHEAD
+            if room < 0:
+                break
+            fit += 1
+        if fit:
+            try:
+                self.spool.append(bodies[:fit])
+            except SpoolFull:  # a segment roll does not change the total; be safe anyway
+                fit = 0
+        self.stats.spooled += fit
+        for m in msgs[:fit]:
+            self._ack(m.mid, m.qos)
+        if fit < len(msgs):
+            # Hold the rest and take nothing new: no MQTT acks go out, so the broker stops
             # sending once its in-flight window is full (back-pressure, no loss).
             if not self.saturated:
                 log.warning("spool full (%d bytes): holding MQTT acks", self.spool.size_bytes)
             self.saturated = True
-            self.held = msgs
+            self.held = msgs[fit:]
             time.sleep(0.05)
-            return
-        self.saturated = False
-        self.stats.spooled += len(bodies)
-        for m in msgs:
-            self._ack(m.mid, m.qos)
+        else:
+            self.saturated = False
 
     def _drain(self) -> None:
         if not self.spooling:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import IO
 
 _FRAME = struct.Struct(">II")
+FRAME_OVERHEAD = _FRAME.size
 MAX_RECORD = 64 << 20
 
 
