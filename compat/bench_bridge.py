@@ -90,13 +90,24 @@ class Devices:
     def __init__(self, broker: Mosquitto, n: int, payload: int) -> None:
         self.payload = payload
         self.clients = []
-        for i in range(n):
-            c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"bench-{i}")
-            c.max_inflight_messages_set(1000)
-            c.max_queued_messages_set(0)
-            c.connect("127.0.0.1", broker.port, keepalive=120)
-            c.loop_start()
-            self.clients.append(c)
+        # Connect in groups of 50 and wait for their CONNACKs: 1,000 clients at once on a
+        # busy machine pass paho's connect timeout and reconnect in a storm.
+        for first in range(0, n, 50):
+            group = []
+            for i in range(first, min(n, first + 50)):
+                c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"bench-{i}")
+                c.connect_timeout = 60
+                c.max_inflight_messages_set(1000)
+                c.max_queued_messages_set(0)
+                c.connect("127.0.0.1", broker.port, keepalive=300)
+                c.loop_start()
+                group.append(c)
+            self.clients += group
+            deadline = time.monotonic() + 120
+            while not all(c.is_connected() for c in group):
+                if time.monotonic() > deadline:
+                    raise RuntimeError("devices did not all connect")
+                time.sleep(0.05)
 
     def body(self) -> bytes:
         stamp = b"%019d" % time.time_ns()
