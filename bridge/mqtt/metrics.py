@@ -30,11 +30,12 @@ class Stats:
     spool_bytes: int = 0
     spool_records: int = 0
     inflight: int = 0  # records handed to the producer and not yet acknowledged
+    lag: int = 0  # records received and not yet in streamgate (waiting direct + spooled)
     spooling: int = 0  # 1 while new messages go to the spool
     mqtt_connected: int = 0
 
 
-GAUGES = {"spool_bytes", "spool_records", "inflight", "spooling", "mqtt_connected"}
+GAUGES = {"spool_bytes", "spool_records", "inflight", "lag", "spooling", "mqtt_connected"}
 HELP = {
     "received": "MQTT messages received",
     "forwarded": "records acknowledged by streamgate",
@@ -49,6 +50,7 @@ HELP = {
     "spool_bytes": "bytes in the spool folder",
     "spool_records": "records in the spool not yet acknowledged by streamgate",
     "inflight": "records sent to streamgate and not yet acknowledged",
+    "lag": "records received and not yet acknowledged by streamgate",
     "spooling": "1 while new messages go to the spool",
     "mqtt_connected": "1 while connected to the MQTT broker",
 }
@@ -79,7 +81,7 @@ def status_text(stats: Stats) -> str:
     conn = "up" if stats.mqtt_connected else "DOWN"
     return (
         f"mqtt {conn} | in {stats.received} | forwarded {stats.forwarded} | "
-        f"spooled {stats.spooled} | lag {stats.inflight + stats.spool_records} "
+        f"spooled {stats.spooled} | lag {stats.lag} "
         f"(spool {stats.spool_records} rec, {stats.spool_bytes / 1e6:.1f} MB) | {mode} | "
         f"errors {stats.errors} | dropped qos0 {stats.dropped_qos0}"
     )

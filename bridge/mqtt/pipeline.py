@@ -73,6 +73,8 @@ def producer_config(cfg: BridgeConfig) -> dict[str, Any]:
         "linger.ms": 5,
         "queue.buffering.max.messages": 1_000_000,
         "reconnect.backoff.max.ms": 2000,
+        # librdkafka's own log lines (every failed reconnect) stay quiet: error_cb reports.
+        "log_level": 2,
     }
     conf.update(cfg.producer_config)
     return conf
@@ -103,15 +105,13 @@ class Pipeline:
         self._commit_upto: Position | None = None
         self._commit_count = 0
         self.producer: Producer | None = None
+        self._last_error = ""
+        self._last_error_at = 0.0
         self._rejected = cfg.spool_dir / "rejected.jsonl"
 
     def open_producer(self) -> None:
         """After MQTT connected: a bad MQTT URL should not first start the producer."""
-        self.producer = Producer(
-            producer_config(self.cfg),
-            error_cb=self._on_error,
-            logger=logging.getLogger("bridge.mqtt.librdkafka"),
-        )
+        self.producer = Producer(producer_config(self.cfg), error_cb=self._on_error)
 
     # -- paho's thread
     def offer(self, msg: Inbound) -> None:
@@ -128,7 +128,12 @@ class Pipeline:
             self.producer.poll(0.1)
 
     def _on_error(self, err: KafkaError) -> None:
-        log.warning("streamgate producer: %s", err)
+        # While the gateway is down librdkafka reports every reconnect: say it once a minute.
+        now = time.monotonic()
+        text = err.str()
+        if text != self._last_error or now - self._last_error_at > 60:
+            log.warning("streamgate producer: %s", text)
+            self._last_error, self._last_error_at = text, now
 
     def _reject(self, rec: Record, err: KafkaError) -> None:
         """A record streamgate refuses for good: kept next to the spool, counted, acked."""
@@ -362,6 +367,8 @@ class Pipeline:
         s.spool_bytes = self.spool.size_bytes
         s.spool_records = self.spool.records_pending
         s.inflight = len(self.direct) + len(self.outstanding)
+        # While spooling, every record still waiting direct is in the spool too.
+        s.lag = self.spool.records_pending + (0 if self.spooling else len(self.direct))
         s.spooling = int(self.spooling)
 
     def finish(self, timeout: float = 10.0) -> None:
