@@ -57,6 +57,15 @@ def test_build_config_flags_win_over_file(tmp_path: Path):
         build_config({"mqtt": "mqtt://a", "gateway": "g:1"})
     with pytest.raises(ConfigError, match="--mqtt-version"):
         build_config({"mqtt": "mqtt://a", "gateway": "g:1", "map": ["a=b"], "mqtt_version": "4"})
+    with pytest.raises(ConfigError, match="a loop"):
+        build_config(
+            {
+                "mqtt": "mqtt://a",
+                "gateway": "g:1",
+                "map": ["plant/#=t"],
+                "reverse": ["al=plant/{key}/alerts"],
+            }
+        )
     with pytest.raises(ConfigError, match="no such file"):
         build_config({"mqtt": "mqtts://a", "gateway": "g:1", "map": ["a=b"], "ca": "/nope"})
 

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from paho.mqtt.client import topic_matches_sub
+
 KAFKA_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 SCHEMES = {"mqtt": (False, 1883), "tcp": (False, 1883), "mqtts": (True, 8883), "ssl": (True, 8883)}
 
@@ -272,6 +274,15 @@ def build_config(args: dict[str, Any]) -> BridgeConfig:
     if key_level is not None and int(key_level) < 1:
         raise ConfigError(f"bad --key-level {key_level}: topic levels count from 1")
     parsed_maps = [parse_map(m) for m in maps]
+    parsed_reverse = [parse_reverse(r) for r in reverse]
+    for r in parsed_reverse:
+        sample = r.mqtt_topic.replace("{key}", "k")
+        for m in parsed_maps:
+            if topic_matches_sub(m.match_filter, sample):
+                raise ConfigError(
+                    f"--reverse {r.topic}={r.mqtt_topic} publishes into --map {m.mqtt_filter}: "
+                    "a loop"
+                )
     status = str(merged.get("status", "auto"))
     if status not in ("auto", "on", "off"):
         raise ConfigError(f"bad --status {status!r}: use auto, on or off")
@@ -287,7 +298,7 @@ def build_config(args: dict[str, Any]) -> BridgeConfig:
         mqtt=url,
         gateway=str(merged["gateway"]),
         maps=parsed_maps,
-        reverse=[parse_reverse(r) for r in reverse],
+        reverse=parsed_reverse,
         key_level=int(key_level) if key_level is not None else None,
         mqtt_version=3 if version.startswith("3") else 5,
         qos=qos,
