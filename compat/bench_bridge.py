@@ -52,14 +52,14 @@ def consume(bootstrap: str, topic: str, expect: int, out: Any, ready: Any) -> No
         }
     )
     c.subscribe([topic], on_assign=lambda cons, parts: ready.set())
-    pairs = []
+    pairs: list[tuple[int, int, int]] = []
     deadline = time.monotonic() + 600
     while len(pairs) < expect and time.monotonic() < deadline:
         for m in c.consume(1000, timeout=0.2):
             if m.error() is None:
                 now = time.time_ns()
-                received_ms = int(dict(m.headers() or [])["mqtt.received_ms"])
-                pairs.append((int(m.value()[:19]), received_ms * 1_000_000, now))
+                received_ms = int(dict(m.headers() or [])["mqtt.received_ms"] or b"0")
+                pairs.append((int((m.value() or b"0")[:19]), received_ms * 1_000_000, now))
     c.close()
     out.send(pairs)
 
@@ -100,7 +100,9 @@ class Devices:
             c.max_inflight_messages_set(0)  # unlimited: the broker paces with its acks
             c.max_queued_messages_set(0)
             c.connect("127.0.0.1", broker.port, keepalive=300)
-            self.sel.register(c.socket(), selectors.EVENT_READ, c)
+            sock = c.socket()
+            assert sock is not None
+            self.sel.register(sock, selectors.EVENT_READ, c)
             self.clients.append(c)
             if i % 50 == 49:
                 self.pump(0)
