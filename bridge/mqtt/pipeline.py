@@ -94,6 +94,7 @@ class Pipeline:
         self.outstanding: deque[list[Any]] = deque()  # [Position, delivered?] per spool read
         self.held: list[Inbound] = []  # a batch waiting for room in a full spool
         self.saturated = False
+        self.failed = False
         self.spool = Spool(cfg.spool_dir, cfg.spool_max_bytes)
         self.spooling = not self.spool.is_empty()
         if self.spooling:
@@ -174,8 +175,15 @@ class Pipeline:
 
     # -- the pipeline thread
     def run(self) -> None:
-        while not self.stop.is_set():
-            self.step(0.05)
+        try:
+            while not self.stop.is_set():
+                self.step(0.05)
+        except Exception:  # e.g. the spool's disk failed: stop the bridge, acks stay unsent
+            log.exception(
+                "forwarding failed; stopping (unacknowledged messages stay with the broker)"
+            )
+            self.failed = True
+            return
         self.finish()
 
     def step(self, wait: float) -> None:

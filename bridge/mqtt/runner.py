@@ -89,7 +89,11 @@ def run(cfg: BridgeConfig) -> int:
         )
         status_thread.start()
     last_log = time.monotonic()
+    code = 0
     while not stop.wait(0.5):
+        if pipeline is not None and pipeline.failed:
+            code = 1
+            break
         if status_thread is None and time.monotonic() - last_log > LOG_STATUS_EVERY_S:
             log.info("%s", status_text(stats))
             last_log = time.monotonic()
@@ -105,4 +109,4 @@ def run(cfg: BridgeConfig) -> int:
     if status_thread is not None:
         status_thread.join(timeout=2)
     log.info("stopped: %s", status_text(stats))
-    return 0
+    return code
