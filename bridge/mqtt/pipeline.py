@@ -109,6 +109,7 @@ class Pipeline:
         self._last_error = ""
         self._last_error_at = 0.0
         self._rejected = cfg.spool_dir / "rejected.jsonl"
+        self._gauges()  # the spool's state is visible before the first message
 
     def open_producer(self) -> None:
         """After MQTT connected: a bad MQTT URL should not first start the producer."""
