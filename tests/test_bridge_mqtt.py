@@ -22,7 +22,7 @@ from confluent_kafka import Producer
 from harness.bridge import REPO_ROOT, MqttBridge
 from harness.gateway import Gateway
 from harness.mosquitto import Mosquitto, unavailable_reason
-from harness.ports import free_port
+from harness.ports import free_port, wait_port
 
 if unavailable_reason():
     pytest.fail(unavailable_reason() or "", pytrace=False)
@@ -349,3 +349,41 @@ def test_config_file_and_streamgate_command(gw, broker, tmp_path):
     bad.write_text('mqtt = "mqtt://x"\nnope = 1\n')
     r = run_bridge_cli("--config", str(bad))
     assert r.returncode == 2 and "unknown key 'nope'" in r.stderr
+
+
+def test_status_line_and_metrics(gw, broker, tmp_path):
+    topic = f"status-{uuid.uuid4().hex[:8]}"
+    out = tmp_path / "stdout.txt"
+    metrics_port = free_port()
+    args = bridge_args(
+        broker.url,
+        gw,
+        topic,
+        tmp_path,
+        "--status",
+        "on",
+        "--metrics-listen",
+        f"127.0.0.1:{metrics_port}",
+    )
+    with out.open("w") as f:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "bridge", "mqtt", *args],
+            cwd=REPO_ROOT,
+            stdout=f,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    assert wait_port(metrics_port, 30), "bridge not up"  # served once MQTT is connected
+    fleet = Fleet(broker, devices=3)
+    try:
+        fleet.publish_round(2)
+        read_topic(gw.bootstrap, topic, 6)
+        time.sleep(1)
+    finally:
+        fleet.close()
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    text = out.read_text()
+    assert "in 6 | forwarded 6 | spooled 0 | lag 0" in text, text
+    assert "stopped: mqtt DOWN | in 6 | forwarded 6" in err
