@@ -86,10 +86,12 @@ def _add_mqtt_parser(kinds: Any) -> None:
 
 
 def register(subparsers: Any) -> None:
-    """Add `bridge` (with its `mqtt` kind) to a parser's subcommands."""
+    """Add `bridge` (with its `mqtt` kind) to a parser's subcommands; `args.run(args)` runs
+    it (the CLI plugin protocol: add "bridge.cli" to the plugin list)."""
     bridge = subparsers.add_parser("bridge", help="edge bridges into streamgate (mqtt)")
     kinds = bridge.add_subparsers(dest="bridge_kind", required=True)
     _add_mqtt_parser(kinds)
+    bridge.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -104,7 +106,9 @@ def run(args: argparse.Namespace) -> int:
         force=True,
     )
     values = {
-        k: v for k, v in vars(args).items() if k not in ("command", "bridge_kind", "log_level")
+        k: v
+        for k, v in vars(args).items()
+        if k not in ("command", "bridge_kind", "log_level", "run")
     }
     try:
         cfg = build_config(values)
