@@ -5,11 +5,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench clean java-installed
+.PHONY: run test lint bench clean kcat-installed postgresql-installed java-installed mosquitto-installed
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet -e '.[test,bench]'
+	$(BIN)/pip install --quiet -e '.[test,bench,bridge]'
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -35,13 +35,18 @@ java-installed:
 	@[ ! -d ../shared/kafka ] || command -v java >/dev/null || { \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq openjdk-17-jre-headless; }
+# mosquitto (Debian package) is the MQTT broker of the bridge tests; never run as a service.
+mosquitto-installed:
+	@command -v mosquitto >/dev/null || [ -x /usr/sbin/mosquitto ] || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq mosquitto; }
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-test: $(STAMP) kcat-installed postgresql-installed java-installed lint
+test: $(STAMP) kcat-installed postgresql-installed java-installed mosquitto-installed lint
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)

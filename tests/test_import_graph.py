@@ -19,7 +19,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 # Lowest first: a package may import the packages before it, never one after it.
-LAYERS = ["core", "gateway", "admin", "kafkaclient", "cli"]
+LAYERS = ["core", "gateway", "admin", "kafkaclient", "bridge", "cli"]
 PACKAGES = [*LAYERS, "harness"]
 
 

@@ -1,0 +1,1 @@
+"""Edge bridges between other protocols and streamgate (MQTT today)."""

@@ -1,0 +1,1 @@
+"""MQTT <-> streamgate bridge: MQTT messages become records of streamgate topics."""
