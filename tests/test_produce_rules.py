@@ -5,6 +5,10 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from kio.index import load_response_schema
+from kio.serial import entity_reader
+
+from core.produce_rules import ProduceRules, apply_rules, rules_for
 from core.recordbatch import (
     COMPRESSION_GZIP,
     COMPRESSION_LZ4,
@@ -15,10 +19,6 @@ from core.recordbatch import (
     read_batch_header,
     split_batches,
 )
-from kio.index import load_response_schema
-from kio.serial import entity_reader
-
-from core.produce_rules import ProduceRules, apply_rules, rules_for
 from gateway.protocol.apis import ApiKey
 from gateway.protocol.fetch_response import PartitionData, encode_fetch_response
 
