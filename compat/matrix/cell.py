@@ -28,7 +28,9 @@ def run(column: str, row_id: str, ctx: CellContext) -> tuple[str, str]:
         return NA, str(exc)
     except CellFailure as exc:
         return FAIL, str(exc)
-    except Exception as exc:  # any client error is the cell's answer
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:  # any client error (asyncio's CancelledError too) is the answer
         tb = traceback.extract_tb(exc.__traceback__)
         where = f" at {Path(tb[-1].filename).name}:{tb[-1].lineno}" if tb else ""
         return FAIL, f"{type(exc).__name__}: {exc}{where}"
