@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint bench clean compat
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,11 +24,24 @@ kcat-installed:
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-test: $(STAMP) kcat-installed lint
+test: $(STAMP) kcat-installed java-installed lint
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)
 	$(BIN)/python compat/bench_throughput.py
+
+# Java 17 runs Kafka's tools (the compat matrix's Java column) when a Kafka distribution is
+# at ../shared/kafka or KAFKA_HOME; without one the Java tests skip saying so.
+java-installed:
+	@command -v java >/dev/null || { [ -z "$$KAFKA_HOME" ] && [ ! -d ../shared/kafka ]; } || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq openjdk-17-jre-headless; }
+
+# The compatibility matrix: every client against a fresh streamgate and Apache Kafka side by
+# side (compat/results/compat_matrix.{md,json}). `make compat COMPAT_ARGS=` skips Kafka.
+COMPAT_ARGS ?= --kafka
+compat: $(STAMP) kcat-installed java-installed
+	$(BIN)/streamgate compat run --streamgate $(COMPAT_ARGS)
 
 clean:
 	rm -rf $(VENV) data .pytest_cache .hypothesis

@@ -14,6 +14,7 @@ import trio
 from core.tiering import TierSettings
 from gateway.app import Settings, serve
 from gateway.groups_cli import add_groups_parser, run_groups
+from compat import cli as compat_cli
 from gateway.streams_cli import add_streams_parser, run_streams
 
 
@@ -169,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_groups_parser(commands)
     add_streams_parser(commands)
+    compat_cli.register(commands)  # `streamgate compat run` (compat/cli.py)
     return parser
 
 
@@ -224,6 +226,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_groups(args)
     elif args.command == "streams":
         return run_streams(args)
+    elif args.command == "compat":
+        return int(args.compat_func(args))
     return 0
 
 
