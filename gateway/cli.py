@@ -11,10 +11,10 @@ import sys
 
 import trio
 
+from compat import cli as compat_cli
 from core.tiering import TierSettings
 from gateway.app import Settings, serve
 from gateway.groups_cli import add_groups_parser, run_groups
-from compat import cli as compat_cli
 from gateway.streams_cli import add_streams_parser, run_streams
 
 

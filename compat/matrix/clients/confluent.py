@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
@@ -84,7 +85,8 @@ def _read(ctx: CellContext, n: int, *, topic: str | None = None, partitions: int
     parts = partitions if partitions is not None else ctx.partitions
     try:
         if offsets is None:
-            c.assign([TopicPartition(topic or ctx.topic, p, OFFSET_BEGINNING) for p in range(parts)])
+            c.assign([TopicPartition(topic or ctx.topic, p, OFFSET_BEGINNING)
+                      for p in range(parts)])
         else:
             c.assign([TopicPartition(topic or ctx.topic, p, o) for p, o in offsets.items()])
         return _poll(c, n, ctx.timeout / 2)
@@ -232,10 +234,8 @@ def _group_split(ctx: CellContext, strategy: str, static: bool = False) -> str:
         return detail
     finally:
         for m in members:
-            try:
+            with contextlib.suppress(RuntimeError):
                 m.close()
-            except RuntimeError:
-                pass
 
 
 def committed_offsets(ctx: CellContext) -> str:
