@@ -48,6 +48,20 @@ def create_topics(bootstrap: str, topics: dict[str, int], timeout: float = 60.0)
             fut.result(timeout=timeout)
         except Exception as exc:
             raise RuntimeError(f"set-up: creating topic {topic} failed: {exc}") from exc
+    # Kafka answers CreateTopics before every partition has a leader; a client that does not
+    # retry (the verifiable producer: retries=0) would fail on NOT_LEADER_OR_FOLLOWER
+    deadline = time.monotonic() + timeout
+    while True:
+        md = admin.list_topics(timeout=timeout)
+        waiting = [t for t, n in topics.items() if t not in md.topics
+                   or len(md.topics[t].partitions) != n
+                   or any(p.leader < 0 for p in md.topics[t].partitions.values())]
+        if not waiting:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"set-up: topics without leaders after {timeout:.0f}s: "
+                               f"{waiting[:3]}")
+        time.sleep(0.2)
 
 
 def run_cell(column: str, row_id: str, ctx: CellContext, timeout: float) -> tuple[str, str]:
@@ -100,7 +114,7 @@ def run_target(target: Target, rows: Sequence[Row], columns: Sequence[str], *, r
             on_result(result)
 
     try:
-        create_topics(target.bootstrap, {
+        create_topics(target.bootstrap, timeout=min(60.0, cell_timeout), topics={
             ctx.topic: ctx.partitions for (row_id, column), ctx in contexts.items()
             if ctx.partitions > 0 and missing[column] is None})
     except Exception as exc:  # every cell fails with the set-up error: never skipped

@@ -400,7 +400,11 @@ async def restart(ctx: CellContext) -> str:
     c = _consumer(ctx, ctx.group)
     await c.start()
     try:
+        deadline = time.monotonic() + 20
         committed = await c.committed(TopicPartition(ctx.topic, 0))
+        while committed is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.5)  # Kafka may still be loading its offsets topic
+            committed = await c.committed(TopicPartition(ctx.topic, 0))
     finally:
         await c.stop()
     expect(committed == mid, f"committed {committed}, want {mid}")
@@ -409,8 +413,8 @@ async def restart(ctx: CellContext) -> str:
 
 async def transactions(ctx: CellContext) -> str:
     p = AIOKafkaProducer(bootstrap_servers=ctx.bootstrap, transactional_id=f"{ctx.topic}-tx",
-                         request_timeout_ms=int(ctx.timeout * 1000 / 3))
-    await asyncio.wait_for(p.start(), ctx.timeout / 3)
+                         request_timeout_ms=20_000)
+    await asyncio.wait_for(p.start(), min(20.0, ctx.timeout / 3))
     try:
         async with p.transaction():
             for i in range(3):

@@ -369,11 +369,11 @@ def restart(ctx: CellContext) -> str:
 
 def transactions(ctx: CellContext) -> str:
     p = _producer(ctx, **{"transactional.id": f"{ctx.topic}-tx"})
-    p.init_transactions(ctx.timeout / 3)
+    p.init_transactions(min(20.0, ctx.timeout / 3))
     p.begin_transaction()
     for i in range(3):
         p.produce(ctx.topic, value=ctx.value(i), partition=0)
-    p.commit_transaction(ctx.timeout / 3)
+    p.commit_transaction(min(20.0, ctx.timeout / 3))
     msgs = _read(ctx, 3, offsets={0: OFFSET_BEGINNING}, conf={"isolation.level": "read_committed"})
     expect_values(ctx, (m.value() for m in msgs), 3)
     return "committed transaction read back"

@@ -377,7 +377,7 @@ def restart(ctx: CellContext) -> str:
 
 def transactions(ctx: CellContext) -> str:
     p = KafkaProducer(bootstrap_servers=ctx.bootstrap, transactional_id=f"{ctx.topic}-tx",
-                      max_block_ms=int(ctx.timeout * 1000 / 3))
+                      max_block_ms=int(min(20.0, ctx.timeout / 3) * 1000))
     try:
         p.init_transactions()
         p.begin_transaction()
