@@ -426,6 +426,37 @@ async def transactions(ctx: CellContext) -> str:
     return "committed transaction read back"
 
 
+async def compacted_topic(ctx: CellContext) -> str:
+    a = await _admin(ctx)
+    try:
+        await a.create_topics([NewTopic(ctx.topic, 1, 1,
+                                        topic_configs={"cleanup.policy": "compact"})])
+        desc = await a.describe_topics([ctx.topic])
+        expect(desc and desc[0]["error_code"] == 0, f"describe: {str(desc)[:200]}")
+    finally:
+        await a.close()
+    await _produce(ctx, ctx.records)
+    recs = await _read(ctx, ctx.records, partitions=1)
+    expect_values(ctx, (r.value for r in recs), ctx.records)
+    return "compacted topic created and read back"
+
+
+async def oversize_refused(ctx: CellContext) -> str:
+    from aiokafka.errors import MessageSizeTooLargeError
+
+    a = await _admin(ctx)
+    try:
+        await a.create_topics([NewTopic(ctx.topic, 1, 1,
+                                        topic_configs={"max.message.bytes": "10000"})])
+    finally:
+        await a.close()
+    try:
+        await _produce(ctx, 1, value_size=20_000)
+    except MessageSizeTooLargeError as exc:
+        return f"refused: {type(exc).__name__}"
+    raise AssertionError("a 20000-byte record was accepted by a max.message.bytes=10000 topic")
+
+
 CELLS = {
     "produce-gzip": _roundtrip({"compression_type": "gzip", "acks": "all"}),
     "produce-snappy": _roundtrip({"compression_type": "snappy", "acks": "all"}),
@@ -451,6 +482,8 @@ CELLS = {
     "admin-groups": _sync(admin_groups),
     "admin-records": _sync(admin_records),
     "many-partitions": _sync(many_partitions),
+    "compacted-topic": _sync(compacted_topic),
+    "oversize-refused": _sync(oversize_refused),
     "restart": _sync(restart),
     "transactions": _sync(transactions),
 }

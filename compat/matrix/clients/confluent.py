@@ -379,6 +379,38 @@ def transactions(ctx: CellContext) -> str:
     return "committed transaction read back"
 
 
+def compacted_topic(ctx: CellContext) -> str:
+    a = _admin(ctx)
+    a.create_topics([NewTopic(ctx.topic, 1, 1, config={"cleanup.policy": "compact"})]
+                    )[ctx.topic].result(timeout=20)
+    _produce(ctx, ctx.records)
+    msgs = _read(ctx, ctx.records, partitions=1)
+    expect_values(ctx, (m.value() for m in msgs), ctx.records)
+    return "compacted topic created and read back"
+
+
+def topic_ids(ctx: CellContext) -> str:
+    from confluent_kafka import TopicCollection
+
+    a = _admin(ctx)  # kept referenced: a collected client cancels its futures
+    desc = a.describe_topics(TopicCollection([ctx.topic]))[ctx.topic].result(timeout=20)
+    expect(desc.topic_id is not None and str(desc.topic_id) != "AAAAAAAAAAAAAAAAAAAAAA",
+           f"topic id {desc.topic_id}")
+    return f"topic id {desc.topic_id}"
+
+
+def oversize_refused(ctx: CellContext) -> str:
+    a = _admin(ctx)
+    a.create_topics([NewTopic(ctx.topic, 1, 1, config={"max.message.bytes": "10000"})]
+                    )[ctx.topic].result(timeout=20)
+    try:
+        _produce(ctx, 1, value_size=20_000, conf={"message.max.bytes": 100_000})
+    except AssertionError as exc:
+        expect("too large" in str(exc).lower(), f"refused, but with: {exc}")
+        return f"refused: {str(exc)[:80]}"
+    raise AssertionError("a 20000-byte record was accepted by a max.message.bytes=10000 topic")
+
+
 CELLS = {
     "produce-gzip": _codec("gzip"),
     "produce-snappy": _codec("snappy"),
@@ -404,6 +436,9 @@ CELLS = {
     "admin-groups": admin_groups,
     "admin-records": admin_records,
     "many-partitions": many_partitions,
+    "compacted-topic": compacted_topic,
+    "topic-ids": topic_ids,
+    "oversize-refused": oversize_refused,
     "restart": restart,
     "transactions": transactions,
 }

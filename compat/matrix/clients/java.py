@@ -42,12 +42,13 @@ def _env() -> dict[str, str]:
 
 
 def _tool(ctx: CellContext, tool: str, args: list[str], data: str | None = None,
-          timeout: float | None = None, ok_codes: tuple[int, ...] = (0,)) -> str:
+          timeout: float | None = None, ok_codes: tuple[int, ...] = (0,),
+          merged: bool = False) -> str:
     out = subprocess.run([_bin(tool), *args], input=data, capture_output=True, text=True,
                          env=_env(), timeout=timeout or ctx.timeout * 0.6)
     expect(out.returncode in ok_codes, f"{tool} {' '.join(args[:6])} exited {out.returncode}: "
            f"{_errors(out.stdout + out.stderr)}")
-    return out.stdout
+    return out.stdout + out.stderr if merged else out.stdout
 
 
 def _errors(text: str) -> str:
@@ -410,6 +411,37 @@ def transactions(ctx: CellContext) -> str:
     return "10 records in committed transactions read back"
 
 
+def compacted_topic(ctx: CellContext) -> str:
+    _topics(ctx, "--create", "--topic", ctx.topic, "--partitions", "1",
+            "--replication-factor", "1", "--config", "cleanup.policy=compact")
+    lines = [f"{ctx.key(i).decode()}\t{v}" for i, v in enumerate(_values(ctx, 0, ctx.records))]
+    _console_produce(ctx, lines, "parse.key=true")
+    got = _console_consume(ctx, ctx.records, "--from-beginning")
+    expect(sorted(got) == _values(ctx, 0, ctx.records), f"{len(got)} read back")
+    return "compacted topic created and read back"
+
+
+def topic_ids(ctx: CellContext) -> str:
+    desc = _topics(ctx, "--describe", "--topic", ctx.topic)
+    match = re.search(r"TopicId:\s*(\S+)", desc)
+    expect(match, f"no TopicId in {desc[:200]!r}")
+    assert match is not None
+    expect(match.group(1) != "AAAAAAAAAAAAAAAAAAAAAA", f"topic id {match.group(1)} (zero)")
+    return f"topic id {match.group(1)}"
+
+
+def oversize_refused(ctx: CellContext) -> str:
+    _topics(ctx, "--create", "--topic", ctx.topic, "--partitions", "1",
+            "--replication-factor", "1", "--config", "max.message.bytes=10000")
+    out = _tool(ctx, "kafka-producer-perf-test.sh", [
+        "--topic", ctx.topic, "--num-records", "1", "--record-size", "20000", "--throughput",
+        "-1", "--producer-props", f"bootstrap.servers={ctx.bootstrap}", "retries=0"],
+        ok_codes=(0, 1), merged=True)
+    expect("RecordTooLargeException" in out or "too large" in out.lower(),
+           f"not refused: {out.strip()[-300:]!r}")
+    return "refused: RecordTooLargeException"
+
+
 CELLS = {
     "produce-gzip": _verified(props={"compression.type": "gzip"}),
     "produce-snappy": _verified(props={"compression.type": "snappy"}),
@@ -436,6 +468,9 @@ CELLS = {
     "admin-groups": admin_groups,
     "admin-records": admin_records,
     "many-partitions": many_partitions,
+    "compacted-topic": compacted_topic,
+    "topic-ids": topic_ids,
+    "oversize-refused": oversize_refused,
     "restart": restart,
     "transactions": transactions,
 }

@@ -391,6 +391,44 @@ def transactions(ctx: CellContext) -> str:
     return "committed transaction read back"
 
 
+def compacted_topic(ctx: CellContext) -> str:
+    a = _admin(ctx)
+    try:
+        a.create_topics([NewTopic(ctx.topic, 1, 1, topic_configs={"cleanup.policy": "compact"})])
+    finally:
+        a.close()
+    _produce(ctx, ctx.records)
+    expect_values(ctx, (r.value for r in _read(ctx, ctx.records, partitions=1)), ctx.records)
+    return "compacted topic created and read back"
+
+
+def topic_ids(ctx: CellContext) -> str:
+    a = _admin(ctx)
+    try:
+        desc = a.describe_topics([ctx.topic])[0]
+    finally:
+        a.close()
+    tid = desc.get("topic_id")
+    zero = {"None", "", "0", "00000000-0000-0000-0000-000000000000", "AAAAAAAAAAAAAAAAAAAAAA"}
+    expect(str(tid) not in zero, f"topic id {tid!r} (zero)")
+    return f"topic id {tid}"
+
+
+def oversize_refused(ctx: CellContext) -> str:
+    from kafka.errors import MessageSizeTooLargeError
+
+    a = _admin(ctx)
+    try:
+        a.create_topics([NewTopic(ctx.topic, 1, 1, topic_configs={"max.message.bytes": "10000"})])
+    finally:
+        a.close()
+    try:
+        _produce(ctx, 1, value_size=20_000)
+    except MessageSizeTooLargeError as exc:
+        return f"refused: {type(exc).__name__}"
+    raise AssertionError("a 20000-byte record was accepted by a max.message.bytes=10000 topic")
+
+
 CELLS = {
     "produce-gzip": _codec("gzip"),
     "produce-snappy": _codec("snappy"),
@@ -416,6 +454,9 @@ CELLS = {
     "admin-groups": admin_groups,
     "admin-records": admin_records,
     "many-partitions": many_partitions,
+    "compacted-topic": compacted_topic,
+    "topic-ids": topic_ids,
+    "oversize-refused": oversize_refused,
     "restart": restart,
     "transactions": transactions,
 }

@@ -262,6 +262,9 @@ CELLS = {
     "admin-groups": _lacks("admin API for groups"),
     "admin-records": _lacks("delete-records API"),
     "many-partitions": many_partitions,
+    "compacted-topic": _lacks("admin API to create a topic with configs"),
+    "topic-ids": _lacks("topic id in its metadata output"),
+    "oversize-refused": _lacks("admin API to create a topic with configs"),
     "restart": restart,
     "transactions": _lacks("transactional producer mode"),
 }
