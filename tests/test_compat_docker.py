@@ -103,7 +103,7 @@ def _docker_unavailable() -> str | None:
     try:
         import docker  # type: ignore[import-untyped]
 
-        docker.from_env().ping()
+        docker.from_env().ping()  # type: ignore[attr-defined]
     except Exception as exc:
         return f"no Docker engine: {type(exc).__name__}: {str(exc)[:120]}"
     return None

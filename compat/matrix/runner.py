@@ -26,7 +26,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 class Target:
     name: str
     bootstrap: str
-    restart: Callable[[], None] | None = None  # None: not ours to restart
+    restart: Callable[[], object] | None = None  # None: not ours to restart
 
 
 def _slug(text: str) -> str:
@@ -62,6 +62,26 @@ def create_topics(bootstrap: str, topics: dict[str, int], timeout: float = 60.0)
             raise RuntimeError(f"set-up: topics without leaders after {timeout:.0f}s: "
                                f"{waiting[:3]}")
         time.sleep(0.2)
+
+
+def wait_ready(bootstrap: str, timeout: float) -> None:
+    """After a restart: wait until the group coordinator answers. Kafka answers
+    NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS while it reloads its offsets topic; the
+    restart row tests what survived, not how fast a broker settles."""
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    probe = ConsumerGroupTopicPartitions("compat-ready-probe", [TopicPartition("t", 0)])
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            admin.list_consumer_group_offsets([probe])["compat-ready-probe"].result(timeout=10)
+            return
+        except Exception as exc:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"not ready {timeout:.0f}s after the restart: {exc}") from exc
+            time.sleep(0.5)
 
 
 def run_cell(column: str, row_id: str, ctx: CellContext, timeout: float) -> tuple[str, str]:
@@ -148,6 +168,7 @@ def run_target(target: Target, rows: Sequence[Row], columns: Sequence[str], *, r
             else:
                 try:
                     target.restart()
+                    wait_ready(target.bootstrap, cell_timeout)
                 except Exception as exc:
                     restart_error = f"restart failed: {exc}"
             ok = [k for k, b in zip(phased, before, strict=True) if b[0] != FAIL]

@@ -26,9 +26,11 @@ def expect_values(ctx: CellContext, got: Iterable[bytes | None], n: int, start: 
     expect(not extra, f"{len(extra)} unexpected records read back")
 
 
-def wait_for(check: Callable[[], T], timeout: float, what: str, interval: float = 0.2) -> T:
+def wait_for(check: Callable[[], T | None], timeout: float, what: str,
+             interval: float = 0.2) -> T:
+    """Call `check` until it answers something truthy, and return that."""
     deadline = time.monotonic() + timeout
-    last: T = check()
+    last = check()
     while not last:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
@@ -49,9 +51,9 @@ def expect_split(assignments: Sequence[set[int]], partitions: int, label: str) -
     return f"{label}: " + " | ".join(str(sorted(a)) for a in assignments)
 
 
-def in_order_per_partition(pairs: Iterable[tuple[int, bytes | None]]) -> bool:
+def in_order_per_partition(pairs: Iterable[tuple[int | None, bytes | None]]) -> bool:
     """Values (partition, value) appear in increasing order within each partition."""
-    last: dict[int, bytes] = {}
+    last: dict[int | None, bytes] = {}
     for partition, value in pairs:
         assert value is not None
         if partition in last and value <= last[partition]:

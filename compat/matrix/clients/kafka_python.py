@@ -175,7 +175,7 @@ def _assigned(c: KafkaConsumer) -> set[int]:
 def _group_split(ctx: CellContext, assignor: Any, static: bool = False) -> str:
     conf: dict[str, Any] = {"partition_assignment_strategy": (assignor,),
                             "session_timeout_ms": 30000, "heartbeat_interval_ms": 500}
-    members = []
+    members: list[KafkaConsumer] = []
 
     def member(i: int) -> KafkaConsumer:
         extra = {"group_instance_id": f"member-{i}"} if static else {}
