@@ -57,26 +57,50 @@ def create_topics(bootstrap: str, topics: dict[str, int], timeout: float = 60.0)
                    or len(md.topics[t].partitions) != n
                    or any(p.leader < 0 for p in md.topics[t].partitions.values())]
         if not waiting:
-            return
+            break
         if time.monotonic() > deadline:
             raise RuntimeError(f"set-up: topics without leaders after {timeout:.0f}s: "
                                f"{waiting[:3]}")
         time.sleep(0.2)
+    wait_partitions_serve(bootstrap, topics, timeout)
+
+
+def wait_partitions_serve(bootstrap: str, topics: dict[str, int], timeout: float) -> None:
+    """Every new partition answers ListOffsets: Kafka's metadata can name a leader a moment
+    before the leader serves it, and an acks=0 record sent then is lost without an error."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    tps = [TopicPartition(t, p) for t, n in topics.items() for p in range(n)]
+    deadline = time.monotonic() + timeout
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, request_timeout_ms=15_000)
+    try:
+        while True:
+            try:
+                consumer.end_offsets(tps)
+                return
+            except Exception as exc:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"set-up: partitions not served: {exc}") from exc
+                time.sleep(0.5)
+    finally:
+        consumer.close()
 
 
 def wait_ready(bootstrap: str, timeout: float) -> None:
-    """After a restart: wait until the group coordinator answers. Kafka answers
+    """After a restart: wait until the group coordinator answers an OffsetFetch. Kafka answers
     NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS while it reloads its offsets topic; the
-    restart row tests what survived, not how fast a broker settles."""
-    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
-    from confluent_kafka.admin import AdminClient
+    restart row tests what survived, not how fast a broker settles. (kafka-python here:
+    confluent-kafka's list_consumer_group_offsets crashed the process during that window.)"""
+    from kafka import KafkaAdminClient
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    probe = ConsumerGroupTopicPartitions("compat-ready-probe", [TopicPartition("t", 0)])
     deadline = time.monotonic() + timeout
     while True:
         try:
-            admin.list_consumer_group_offsets([probe])["compat-ready-probe"].result(timeout=10)
+            admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+            try:
+                admin.list_group_offsets({"compat-ready-probe": None})
+            finally:
+                admin.close()
             return
         except Exception as exc:
             if time.monotonic() > deadline:
@@ -134,6 +158,8 @@ def run_target(target: Target, rows: Sequence[Row], columns: Sequence[str], *, r
             on_result(result)
 
     try:
+        # a group coordinator that answers (Kafka creates its offsets topic on first use)
+        wait_ready(target.bootstrap, min(60.0, cell_timeout))
         create_topics(target.bootstrap, timeout=min(60.0, cell_timeout), topics={
             ctx.topic: ctx.partitions for (row_id, column), ctx in contexts.items()
             if ctx.partitions > 0 and missing[column] is None})

@@ -168,7 +168,7 @@ def list_offsets_time(ctx: CellContext) -> str:
 
 
 def _assigned(c: KafkaConsumer) -> set[int]:
-    c.poll(timeout_ms=100)
+    c.poll(timeout_ms=300)
     return {tp.partition for tp in c.assignment()}
 
 
@@ -191,7 +191,7 @@ def _group_split(ctx: CellContext, assignor: Any, static: bool = False) -> str:
 
     try:
         members.append(member(0))
-        wait_for(lambda: _assigned(members[0]), ctx.timeout / 3, "the first assignment")
+        wait_for(lambda: _assigned(members[0]), ctx.timeout / 2, "the first assignment")
         members.append(member(1))
         sets = wait_for(split, ctx.timeout / 2, "a complete, disjoint assignment")
         detail = expect_split(sets, ctx.partitions, assignor.name)
