@@ -22,30 +22,50 @@ def register(subparsers: Any) -> None:
     """Add `compat run` to a parent parser's subparsers (streamgate's or our own)."""
     compat = subparsers.add_parser("compat", help="compatibility matrix with real Kafka clients")
     sub = compat.add_subparsers(dest="compat_command", required=True)
-    run = sub.add_parser("run", help="run the feature matrix",
-                         description="Run every (row, client) cell against the target and "
-                         "optionally a reference; print a table, write Markdown and JSON.")
+    run = sub.add_parser(
+        "run",
+        help="run the feature matrix",
+        description="Run every (row, client) cell against the target and "
+        "optionally a reference; print a table, write Markdown and JSON.",
+    )
     tgt = run.add_mutually_exclusive_group(required=True)
     tgt.add_argument("--bootstrap", metavar="HOST:PORT", help="the endpoint under test")
-    tgt.add_argument("--streamgate", action="store_true",
-                     help="start a fresh streamgate (harness.gateway) as the target")
+    tgt.add_argument(
+        "--streamgate",
+        action="store_true",
+        help="start a fresh streamgate (harness.gateway) as the target",
+    )
     ref = run.add_mutually_exclusive_group()
     ref.add_argument("--against", metavar="HOST:PORT", help="a reference endpoint")
-    ref.add_argument("--kafka", action="store_true",
-                     help="start Apache Kafka from ../shared/kafka or KAFKA_HOME as reference")
+    ref.add_argument(
+        "--kafka",
+        action="store_true",
+        help="start Apache Kafka from ../shared/kafka or KAFKA_HOME as reference",
+    )
     run.add_argument("--rows", help="comma-separated row ids (default: all)")
     run.add_argument("--columns", help="comma-separated clients (default: all)")
     run.add_argument("--records", type=int, default=50, help="records per cell (default 50)")
     run.add_argument("--jobs", type=int, default=4, help="cells run at once (default 4)")
-    run.add_argument("--cell-timeout", type=float, default=90.0,
-                     help="seconds before a cell is killed and failed (default 90)")
+    run.add_argument(
+        "--cell-timeout",
+        type=float,
+        default=90.0,
+        help="seconds before a cell is killed and failed (default 90)",
+    )
     run.add_argument("--output-dir", type=Path, default=DEFAULT_OUT)
     run.add_argument("--stem", default="compat_matrix", help="output file name stem")
-    run.add_argument("--gateway-arg", action="append", default=[],
-                     help="extra `streamgate serve` argument for --streamgate (repeatable)")
-    run.add_argument("--allowlist", type=Path,
-                     help="cells expected to pass on the target (`row` or `column/row` lines); "
-                     "exit 1 when one of them fails")
+    run.add_argument(
+        "--gateway-arg",
+        action="append",
+        default=[],
+        help="extra `streamgate serve` argument for --streamgate (repeatable)",
+    )
+    run.add_argument(
+        "--allowlist",
+        type=Path,
+        help="cells expected to pass on the target (`row` or `column/row` lines); "
+        "exit 1 when one of them fails",
+    )
     run.add_argument("--quiet", action="store_true", help="no per-cell progress lines")
     run.set_defaults(compat_func=run_command)
 
@@ -72,8 +92,12 @@ def _targets(args: argparse.Namespace, work: Path) -> Iterator[list[Any]]:
         if args.streamgate:
             from harness.gateway import Gateway
 
-            gw = Gateway(work / "streamgate" / "data", work / "streamgate" / "server.log",
-                         args.gateway_arg, default_partitions=3)
+            gw = Gateway(
+                work / "streamgate" / "data",
+                work / "streamgate" / "server.log",
+                args.gateway_arg,
+                default_partitions=3,
+            )
             stack.callback(gw.close)
             gw.start_fresh()
             targets.append(Target("streamgate", gw.bootstrap, gw.restart))
@@ -118,29 +142,46 @@ def run_command(args: argparse.Namespace) -> int:
 
     def progress(r: Any) -> None:
         if not args.quiet:
-            print(f"  {r.target:10} {r.row:20} {r.column:16} {r.status:4} {r.seconds:6.1f}s"
-                  + ("" if r.status == "pass" else f"  {r.detail[:160]}"), flush=True)
+            print(
+                f"  {r.target:10} {r.row:20} {r.column:16} {r.status:4} {r.seconds:6.1f}s"
+                + ("" if r.status == "pass" else f"  {r.detail[:160]}"),
+                flush=True,
+            )
 
     results = []
-    with tempfile.TemporaryDirectory(prefix="streamgate-compat-") as tmp, \
-            _targets(args, Path(tmp)) as targets:
+    with (
+        tempfile.TemporaryDirectory(prefix="streamgate-compat-") as tmp,
+        _targets(args, Path(tmp)) as targets,
+    ):
         for t in targets:
             print(f"{t.name}: {t.bootstrap}", flush=True)
-            results += run_target(t, rows, columns, records=args.records, jobs=args.jobs,
-                                  cell_timeout=args.cell_timeout, work_dir=Path(tmp) / "cells",
-                                  on_result=progress)
+            results += run_target(
+                t,
+                rows,
+                columns,
+                records=args.records,
+                jobs=args.jobs,
+                cell_timeout=args.cell_timeout,
+                work_dir=Path(tmp) / "cells",
+                on_result=progress,
+            )
         names = {t.name: t.bootstrap for t in targets}
     report.print_table(results, rows, columns, list(names))
-    md, js = report.write(args.output_dir, args.stem, results, rows, columns, names,
-                          provenance())
+    md, js = report.write(args.output_dir, args.stem, results, rows, columns, names, provenance())
     print(f"wrote {md} and {js}")
     if args.allowlist:
         entries = read_allowlist(args.allowlist)
         first = next(iter(names))
-        regressions = [r for r in results if r.target == first and r.status != "pass"
-                       and allowed(entries, r.column, r.row)]
-        newly = [r for r in results if r.target == first and r.status == "pass"
-                 and not allowed(entries, r.column, r.row)]
+        regressions = [
+            r
+            for r in results
+            if r.target == first and r.status != "pass" and allowed(entries, r.column, r.row)
+        ]
+        newly = [
+            r
+            for r in results
+            if r.target == first and r.status == "pass" and not allowed(entries, r.column, r.row)
+        ]
         for r in newly:
             print(f"passes but not in the allowlist: {r.column}/{r.row}")
         for r in regressions:

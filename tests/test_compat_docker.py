@@ -118,16 +118,38 @@ def test_compose_stack_runs_the_matrix() -> None:
 
     from testcontainers.compose import DockerCompose
 
-    stack = DockerCompose(DOCKER, compose_file_name="compose.compat.yaml", build=True,
-                          services=["minio", "streamgate", "kafka", "mosquitto"])
+    stack = DockerCompose(
+        DOCKER,
+        compose_file_name="compose.compat.yaml",
+        build=True,
+        services=["minio", "streamgate", "kafka", "mosquitto"],
+    )
     with stack:
         stack.wait_for("http://localhost:9000/minio/health/live")
         # the runner image (profile "runners") drives every client against both brokers
         run = subprocess.run(
-            ["docker", "compose", "-f", str(DOCKER / "compose.compat.yaml"), "run", "--rm",
-             "--build", "compat", "--bootstrap", "localhost:9092", "--against", "kafka:9092",
-             "--records", "20", "--output-dir", "/results"],
-            capture_output=True, text=True, timeout=1500)
+            [
+                "docker",
+                "compose",
+                "-f",
+                str(DOCKER / "compose.compat.yaml"),
+                "run",
+                "--rm",
+                "--build",
+                "compat",
+                "--bootstrap",
+                "localhost:9092",
+                "--against",
+                "kafka:9092",
+                "--records",
+                "20",
+                "--output-dir",
+                "/results",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=1500,
+        )
         assert "compatibility matrix" in run.stdout, run.stdout[-2000:] + run.stderr[-2000:]
     data = json.loads((REPO / "compat-results" / "compat_matrix.json").read_text())
     assert set(data["targets"]) == {"target", "reference"}

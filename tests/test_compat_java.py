@@ -14,19 +14,37 @@ from compat.matrix.runner import Target, run_target
 from harness.gateway import Gateway
 from harness.kafka import unavailable_reason
 
-pytestmark = pytest.mark.skipif(unavailable_reason() is not None,
-                                reason=f"Java column: {unavailable_reason()}")
+pytestmark = pytest.mark.skipif(
+    unavailable_reason() is not None, reason=f"Java column: {unavailable_reason()}"
+)
 
-ROWS = ["produce-zstd", "idempotence", "keys-headers", "consume-subscribe", "list-offsets-time",
-        "group-coop-sticky", "committed-offsets", "admin-topics", "admin-configs",
-        "admin-groups", "admin-records", "restart"]
+ROWS = [
+    "produce-zstd",
+    "idempotence",
+    "keys-headers",
+    "consume-subscribe",
+    "list-offsets-time",
+    "group-coop-sticky",
+    "committed-offsets",
+    "admin-topics",
+    "admin-configs",
+    "admin-groups",
+    "admin-records",
+    "restart",
+]
 
 
 @pytest.mark.timeout(900)
 def test_java_tools_against_streamgate(gateway: Gateway, tmp_path: Path) -> None:
-    results = run_target(Target("streamgate", gateway.bootstrap, gateway.restart),
-                         [row(r) for r in ROWS], ["java"], records=20, jobs=3,
-                         cell_timeout=180, work_dir=tmp_path)
+    results = run_target(
+        Target("streamgate", gateway.bootstrap, gateway.restart),
+        [row(r) for r in ROWS],
+        ["java"],
+        records=20,
+        jobs=3,
+        cell_timeout=180,
+        work_dir=tmp_path,
+    )
     bad = [f"{r.row}: {r.status}: {r.detail}" for r in results if r.status != PASS]
     assert not bad, "\n".join(bad)
     details = {r.row: r.detail for r in results}

@@ -13,8 +13,11 @@ from harness.gateway import Gateway
 
 
 def test_transactional_producer_fails_fast(shared_gateway: Gateway, topic: str) -> None:
-    producer = KafkaProducer(bootstrap_servers=shared_gateway.bootstrap,
-                             transactional_id=f"{topic}-tx", max_block_ms=120_000)
+    producer = KafkaProducer(
+        bootstrap_servers=shared_gateway.bootstrap,
+        transactional_id=f"{topic}-tx",
+        max_block_ms=120_000,
+    )
     started = time.monotonic()
     try:
         with pytest.raises(KafkaError, match="InitProducerId"):

@@ -17,8 +17,9 @@ def index(results: Sequence[CellResult]) -> dict[tuple[str, str, str], CellResul
     return {(r.target, r.row, r.column): r for r in results}
 
 
-def cell_text(idx: dict[tuple[str, str, str], CellResult], targets: Sequence[str], row: str,
-              column: str) -> str:
+def cell_text(
+    idx: dict[tuple[str, str, str], CellResult], targets: Sequence[str], row: str, column: str
+) -> str:
     parts = []
     for t in targets:
         r = idx.get((t, row, column))
@@ -37,9 +38,15 @@ def differences(results: Sequence[CellResult], targets: Sequence[str]) -> list[d
             continue
         other = idx.get((targets[1], r.row, r.column))
         if other is not None and other.status != r.status:
-            out.append({"row": r.row, "column": r.column, targets[0]: r.status,
-                        targets[1]: other.status, "detail": r.detail if r.status == FAIL
-                        else other.detail})
+            out.append(
+                {
+                    "row": r.row,
+                    "column": r.column,
+                    targets[0]: r.status,
+                    targets[1]: other.status,
+                    "detail": r.detail if r.status == FAIL else other.detail,
+                }
+            )
     return out
 
 
@@ -51,8 +58,12 @@ def totals(results: Sequence[CellResult], target: str) -> dict[str, int]:
     return counts
 
 
-def print_table(results: Sequence[CellResult], rows: Sequence[Row], columns: Sequence[str],
-                targets: Sequence[str]) -> None:
+def print_table(
+    results: Sequence[CellResult],
+    rows: Sequence[Row],
+    columns: Sequence[str],
+    targets: Sequence[str],
+) -> None:
     try:
         from rich.console import Console
         from rich.table import Table
@@ -82,21 +93,36 @@ def print_table(results: Sequence[CellResult], rows: Sequence[Row], columns: Seq
         console.print(f"{t}: {counts[PASS]} pass, {counts[FAIL]} fail, {counts[NA]} n/a")
 
 
-def markdown(results: Sequence[CellResult], rows: Sequence[Row], columns: Sequence[str],
-             targets: Sequence[str], provenance: dict[str, Any]) -> str:
+def markdown(
+    results: Sequence[CellResult],
+    rows: Sequence[Row],
+    columns: Sequence[str],
+    targets: Sequence[str],
+    provenance: dict[str, Any],
+) -> str:
     idx = index(results)
     lines = ["# Compatibility matrix", ""]
     if provenance:
-        lines += [f"commit `{provenance.get('commit')}` (dirty: {provenance.get('dirty')}), "
-                  f"{provenance.get('utc')}, `{provenance.get('command')}`", ""]
-    lines += ["Each cell: " + " / ".join(f"**{t}**" for t in targets)
-              + ". `pass`, `FAIL` (the error is listed below), `-` = the client has no API "
-              "for it (or could not run here).", ""]
+        lines += [
+            f"commit `{provenance.get('commit')}` (dirty: {provenance.get('dirty')}), "
+            f"{provenance.get('utc')}, `{provenance.get('command')}`",
+            "",
+        ]
+    lines += [
+        "Each cell: "
+        + " / ".join(f"**{t}**" for t in targets)
+        + ". `pass`, `FAIL` (the error is listed below), `-` = the client has no API "
+        "for it (or could not run here).",
+        "",
+    ]
     lines.append("| row | " + " | ".join(columns) + " |")
     lines.append("| --- | " + " | ".join("---" for _ in columns) + " |")
     for row in rows:
-        lines.append(f"| {row.id} | "
-                     + " | ".join(cell_text(idx, targets, row.id, c) for c in columns) + " |")
+        lines.append(
+            f"| {row.id} | "
+            + " | ".join(cell_text(idx, targets, row.id, c) for c in columns)
+            + " |"
+        )
     lines.append("")
     for t in targets:
         counts = totals(results, t)
@@ -105,8 +131,10 @@ def markdown(results: Sequence[CellResult], rows: Sequence[Row], columns: Sequen
     if diffs:
         lines += ["", f"## Differences ({targets[0]} vs {targets[1]})", ""]
         for d in diffs:
-            lines.append(f"- {d['row']} / {d['column']}: {targets[0]} {d[targets[0]]}, "
-                         f"{targets[1]} {d[targets[1]]}: {_one_line(d['detail'])}")
+            lines.append(
+                f"- {d['row']} / {d['column']}: {targets[0]} {d[targets[0]]}, "
+                f"{targets[1]} {d[targets[1]]}: {_one_line(d['detail'])}"
+            )
     lines += ["", "## Failures and n/a cells", ""]
     for r in sorted(results, key=lambda r: (r.target, r.row, r.column)):
         if r.status != PASS:
@@ -121,21 +149,33 @@ def _one_line(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def write(out_dir: Path, stem: str, results: Sequence[CellResult], rows: Sequence[Row],
-          columns: Sequence[str], targets: dict[str, str], provenance: dict[str, Any]
-          ) -> tuple[Path, Path]:
+def write(
+    out_dir: Path,
+    stem: str,
+    results: Sequence[CellResult],
+    rows: Sequence[Row],
+    columns: Sequence[str],
+    targets: dict[str, str],
+    provenance: dict[str, Any],
+) -> tuple[Path, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     names = list(targets)
     md_path = out_dir / f"{stem}.md"
     md_path.write_text(markdown(results, rows, columns, names, provenance))
     json_path = out_dir / f"{stem}.json"
-    json_path.write_text(json.dumps({
-        "provenance": provenance,
-        "targets": targets,
-        "rows": [{"id": r.id, "title": r.title} for r in rows],
-        "columns": list(columns),
-        "totals": {t: totals(results, t) for t in names},
-        "differences": differences(results, names),
-        "cells": [r.to_json() for r in results],
-    }, indent=2) + "\n")
+    json_path.write_text(
+        json.dumps(
+            {
+                "provenance": provenance,
+                "targets": targets,
+                "rows": [{"id": r.id, "title": r.title} for r in rows],
+                "columns": list(columns),
+                "totals": {t: totals(results, t) for t in names},
+                "differences": differences(results, names),
+                "cells": [r.to_json() for r in results],
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     return md_path, json_path

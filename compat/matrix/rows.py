@@ -38,11 +38,13 @@ ROWS: tuple[Row, ...] = (
     Row("admin-groups", "list, describe, delete groups"),
     Row("admin-records", "delete records (raise the log start)"),
     Row("many-partitions", "200 partitions: one record each, read back", partitions=200),
-    Row("compacted-topic", "create a cleanup.policy=compact topic, produce keyed, read back",
-        partitions=0),
+    Row(
+        "compacted-topic",
+        "create a cleanup.policy=compact topic, produce keyed, read back",
+        partitions=0,
+    ),
     Row("topic-ids", "describe a topic: it has a (non-zero) topic id"),
-    Row("oversize-refused", "a record over the topic's max.message.bytes is refused",
-        partitions=0),
+    Row("oversize-refused", "a record over the topic's max.message.bytes is refused", partitions=0),
     Row("restart", "records and committed offsets survive a restart", phased=True),
     Row("transactions", "transactional producer commits a transaction"),
 )

@@ -42,7 +42,9 @@ def create_topics(bootstrap: str, topics: dict[str, int], timeout: float = 60.0)
     admin = AdminClient({"bootstrap.servers": bootstrap})
     futures = admin.create_topics(
         [NewTopic(t, num_partitions=n, replication_factor=1) for t, n in topics.items()],
-        operation_timeout=timeout, request_timeout=timeout)
+        operation_timeout=timeout,
+        request_timeout=timeout,
+    )
     for topic, fut in futures.items():
         try:
             fut.result(timeout=timeout)
@@ -53,14 +55,19 @@ def create_topics(bootstrap: str, topics: dict[str, int], timeout: float = 60.0)
     deadline = time.monotonic() + timeout
     while True:
         md = admin.list_topics(timeout=timeout)
-        waiting = [t for t, n in topics.items() if t not in md.topics
-                   or len(md.topics[t].partitions) != n
-                   or any(p.leader < 0 for p in md.topics[t].partitions.values())]
+        waiting = [
+            t
+            for t, n in topics.items()
+            if t not in md.topics
+            or len(md.topics[t].partitions) != n
+            or any(p.leader < 0 for p in md.topics[t].partitions.values())
+        ]
         if not waiting:
             break
         if time.monotonic() > deadline:
-            raise RuntimeError(f"set-up: topics without leaders after {timeout:.0f}s: "
-                               f"{waiting[:3]}")
+            raise RuntimeError(
+                f"set-up: topics without leaders after {timeout:.0f}s: {waiting[:3]}"
+            )
         time.sleep(0.2)
     wait_partitions_serve(bootstrap, topics, timeout)
 
@@ -115,8 +122,15 @@ def run_cell(column: str, row_id: str, ctx: CellContext, timeout: float) -> tupl
     env["PYTHONPATH"] = f"{REPO_ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}"
     proc = subprocess.Popen(
         [sys.executable, "-m", "compat.matrix.cell", column, row_id, json.dumps(data)],
-        cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, start_new_session=True, text=True, errors="replace")
+        cwd=REPO_ROOT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        text=True,
+        errors="replace",
+    )
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -125,7 +139,7 @@ def run_cell(column: str, row_id: str, ctx: CellContext, timeout: float) -> tupl
         return FAIL, f"timeout after {timeout:.0f}s; output: {_tail(out)}"
     for line in reversed(out.splitlines()):
         if line.startswith(MARKER):
-            answer = json.loads(line[len(MARKER):])
+            answer = json.loads(line[len(MARKER) :])
             return answer["status"], answer["detail"]
     return FAIL, f"cell process exited {proc.returncode} without an answer: {_tail(out)}"
 
@@ -135,9 +149,17 @@ def _tail(text: str, chars: int = 600) -> str:
     return text if len(text) <= chars else "..." + text[-chars:]
 
 
-def run_target(target: Target, rows: Sequence[Row], columns: Sequence[str], *, records: int,
-               jobs: int, cell_timeout: float, work_dir: Path,
-               on_result: Callable[[CellResult], None] | None = None) -> list[CellResult]:
+def run_target(
+    target: Target,
+    rows: Sequence[Row],
+    columns: Sequence[str],
+    *,
+    records: int,
+    jobs: int,
+    cell_timeout: float,
+    work_dir: Path,
+    on_result: Callable[[CellResult], None] | None = None,
+) -> list[CellResult]:
     run_id = uuid.uuid4().hex[:6]
     results: list[CellResult] = []
     contexts: dict[tuple[str, str], CellContext] = {}
@@ -148,8 +170,14 @@ def run_target(target: Target, rows: Sequence[Row], columns: Sequence[str], *, r
             cell_dir = work_dir / target.name / row.id / column
             cell_dir.mkdir(parents=True, exist_ok=True)
             contexts[(row.id, column)] = CellContext(
-                bootstrap=target.bootstrap, topic=name, partitions=row.partitions,
-                group=f"{name}-g", records=records, work_dir=cell_dir, timeout=cell_timeout)
+                bootstrap=target.bootstrap,
+                topic=name,
+                partitions=row.partitions,
+                group=f"{name}-g",
+                records=records,
+                work_dir=cell_dir,
+                timeout=cell_timeout,
+            )
 
     def done(row_id: str, column: str, status: str, detail: str, seconds: float) -> None:
         result = CellResult(target.name, row_id, column, status, detail, round(seconds, 2))
@@ -160,11 +188,17 @@ def run_target(target: Target, rows: Sequence[Row], columns: Sequence[str], *, r
     try:
         # a group coordinator that answers (Kafka creates its offsets topic on first use)
         wait_ready(target.bootstrap, min(60.0, cell_timeout))
-        create_topics(target.bootstrap, timeout=min(60.0, cell_timeout), topics={
-            ctx.topic: ctx.partitions for (row_id, column), ctx in contexts.items()
-            if ctx.partitions > 0 and missing[column] is None})
+        create_topics(
+            target.bootstrap,
+            timeout=min(60.0, cell_timeout),
+            topics={
+                ctx.topic: ctx.partitions
+                for (row_id, column), ctx in contexts.items()
+                if ctx.partitions > 0 and missing[column] is None
+            },
+        )
     except Exception as exc:  # every cell fails with the set-up error: never skipped
-        for (row_id, column) in contexts:
+        for row_id, column in contexts:
             done(row_id, column, FAIL, str(exc), 0.0)
         return results
 
@@ -206,8 +240,13 @@ def run_target(target: Target, rows: Sequence[Row], columns: Sequence[str], *, r
                     done(key[0], key[1], NA, restart_error, secs)
                 else:
                     a_status, a_detail, a_secs = after[key]
-                    done(key[0], key[1], a_status, f"{detail}; after restart: {a_detail}",
-                         secs + a_secs)
+                    done(
+                        key[0],
+                        key[1],
+                        a_status,
+                        f"{detail}; after restart: {a_detail}",
+                        secs + a_secs,
+                    )
     return results
 
 

@@ -27,12 +27,24 @@ def _sync(fn: Callable[[CellContext], Awaitable[str]]) -> Callable[[CellContext]
     return lambda ctx: asyncio.run(asyncio.wait_for(fn(ctx), ctx.timeout - 5))
 
 
-async def _produce(ctx: CellContext, n: int, conf: dict[str, Any] | None = None, *,
-                   partition: int | None = None, headers: bool = False,
-                   timestamp: int | None = None, start: int = 0, value_size: int = 0,
-                   topic: str | None = None) -> list[tuple[int, int]]:
-    p = AIOKafkaProducer(bootstrap_servers=ctx.bootstrap, linger_ms=5,
-                         max_request_size=2 * 1024 * 1024, **(conf or {}))
+async def _produce(
+    ctx: CellContext,
+    n: int,
+    conf: dict[str, Any] | None = None,
+    *,
+    partition: int | None = None,
+    headers: bool = False,
+    timestamp: int | None = None,
+    start: int = 0,
+    value_size: int = 0,
+    topic: str | None = None,
+) -> list[tuple[int, int]]:
+    p = AIOKafkaProducer(
+        bootstrap_servers=ctx.bootstrap,
+        linger_ms=5,
+        max_request_size=2 * 1024 * 1024,
+        **(conf or {}),
+    )
     await p.start()
     try:
         futures = []
@@ -40,11 +52,18 @@ async def _produce(ctx: CellContext, n: int, conf: dict[str, Any] | None = None,
             value = ctx.value(i)
             if value_size:
                 value = value + b"x" * (value_size - len(value))
-            futures.append(await p.send(
-                topic or ctx.topic, value=value, key=ctx.key(i), partition=partition,
-                timestamp_ms=timestamp,
-                headers=[("h-index", str(i).encode()), ("h-const", b"compat")] if headers
-                else None))
+            futures.append(
+                await p.send(
+                    topic or ctx.topic,
+                    value=value,
+                    key=ctx.key(i),
+                    partition=partition,
+                    timestamp_ms=timestamp,
+                    headers=[("h-index", str(i).encode()), ("h-const", b"compat")]
+                    if headers
+                    else None,
+                )
+            )
         metas = await asyncio.gather(*futures)
     finally:
         await p.stop()
@@ -52,8 +71,13 @@ async def _produce(ctx: CellContext, n: int, conf: dict[str, Any] | None = None,
 
 
 def _consumer(ctx: CellContext, group: str | None = None, **conf: Any) -> AIOKafkaConsumer:
-    return AIOKafkaConsumer(bootstrap_servers=ctx.bootstrap, group_id=group,
-                            enable_auto_commit=False, auto_offset_reset="earliest", **conf)
+    return AIOKafkaConsumer(
+        bootstrap_servers=ctx.bootstrap,
+        group_id=group,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        **conf,
+    )
 
 
 async def _poll(c: AIOKafkaConsumer, n: int, timeout: float) -> list[Any]:
@@ -65,8 +89,14 @@ async def _poll(c: AIOKafkaConsumer, n: int, timeout: float) -> list[Any]:
     return got
 
 
-async def _read(ctx: CellContext, n: int, *, partitions: int | None = None,
-                offsets: dict[int, int | None] | None = None, **conf: Any) -> list[Any]:
+async def _read(
+    ctx: CellContext,
+    n: int,
+    *,
+    partitions: int | None = None,
+    offsets: dict[int, int | None] | None = None,
+    **conf: Any,
+) -> list[Any]:
     c = _consumer(ctx, **conf)
     await c.start()
     try:
@@ -89,6 +119,7 @@ def _roundtrip(conf: dict[str, Any]) -> Callable[[CellContext], str]:
         await _produce(ctx, ctx.records, conf)
         expect_values(ctx, (r.value for r in await _read(ctx, ctx.records)), ctx.records)
         return f"{ctx.records} records"
+
     return _sync(cell)
 
 
@@ -107,8 +138,10 @@ async def keys_headers(ctx: CellContext) -> str:
     for r in recs:
         i = int(r.value.rsplit(b"-v", 1)[1])
         expect(r.key == ctx.key(i), f"key {r.key!r} for record {i}")
-        expect(list(r.headers) == [("h-index", str(i).encode()), ("h-const", b"compat")],
-               f"headers {r.headers!r}")
+        expect(
+            list(r.headers) == [("h-index", str(i).encode()), ("h-const", b"compat")],
+            f"headers {r.headers!r}",
+        )
     return f"{ctx.records} keys and header pairs"
 
 
@@ -185,8 +218,11 @@ async def _wait(check: Callable[[], Any], timeout: float, what: str) -> Any:
 
 def _group_split(assignor: Any, static: bool = False) -> Callable[[CellContext], str]:
     async def cell(ctx: CellContext) -> str:
-        conf: dict[str, Any] = {"partition_assignment_strategy": (assignor,),
-                                "session_timeout_ms": 30000, "heartbeat_interval_ms": 500}
+        conf: dict[str, Any] = {
+            "partition_assignment_strategy": (assignor,),
+            "session_timeout_ms": 30000,
+            "heartbeat_interval_ms": 500,
+        }
         members: list[AIOKafkaConsumer] = []
 
         async def member(i: int) -> AIOKafkaConsumer:
@@ -233,6 +269,7 @@ def _group_split(assignor: Any, static: bool = False) -> Callable[[CellContext],
                 t.cancel()
             for m in members:
                 await m.stop()
+
     return _sync(cell)
 
 
@@ -289,8 +326,9 @@ async def admin_topics(ctx: CellContext) -> str:
     return "create, list, describe, delete"
 
 
-async def _wait_async(get: Callable[[], Awaitable[Any]], ok: Callable[[Any], bool],
-                      timeout: float) -> Any:
+async def _wait_async(
+    get: Callable[[], Awaitable[Any]], ok: Callable[[Any], bool], timeout: float
+) -> Any:
     deadline = time.monotonic() + timeout
     while True:
         value = await get()
@@ -305,8 +343,9 @@ async def admin_partitions(ctx: CellContext) -> str:
     a = await _admin(ctx)
     try:
         await a.create_partitions({ctx.topic: NewPartitions(5)})
-        await _wait_async(lambda: a.describe_topics([ctx.topic]),
-                          lambda d: len(d[0]["partitions"]) == 5, 20)
+        await _wait_async(
+            lambda: a.describe_topics([ctx.topic]), lambda d: len(d[0]["partitions"]) == 5, 20
+        )
     finally:
         await a.close()
     await _produce(ctx, 2, partition=4)
@@ -330,10 +369,18 @@ async def admin_configs(ctx: CellContext) -> str:
         res = ConfigResource(ConfigResourceType.TOPIC, ctx.topic)
         before = _configs(await a.describe_configs([res]), ctx.topic)
         expect("retention.ms" in before, "retention.ms not described")
-        altered = await a.alter_configs([ConfigResource(
-            ConfigResourceType.TOPIC, ctx.topic, configs={"retention.ms": "123456789"})])
-        expect("error_code=0" in str(altered) or all(
-            r[0] == 0 for resp in altered for r in resp.resources), f"alter: {altered}")
+        altered = await a.alter_configs(
+            [
+                ConfigResource(
+                    ConfigResourceType.TOPIC, ctx.topic, configs={"retention.ms": "123456789"}
+                )
+            ]
+        )
+        expect(
+            "error_code=0" in str(altered)
+            or all(r[0] == 0 for resp in altered for r in resp.resources),
+            f"alter: {altered}",
+        )
         after = _configs(await a.describe_configs([res]), ctx.topic)
     finally:
         await a.close()
@@ -378,8 +425,9 @@ async def many_partitions(ctx: CellContext) -> str:
     p = AIOKafkaProducer(bootstrap_servers=ctx.bootstrap, linger_ms=5)
     await p.start()
     try:
-        futures = [await p.send(ctx.topic, value=ctx.value(i), partition=i)
-                   for i in range(ctx.partitions)]
+        futures = [
+            await p.send(ctx.topic, value=ctx.value(i), partition=i) for i in range(ctx.partitions)
+        ]
         await asyncio.gather(*futures)
     finally:
         await p.stop()
@@ -412,8 +460,11 @@ async def restart(ctx: CellContext) -> str:
 
 
 async def transactions(ctx: CellContext) -> str:
-    p = AIOKafkaProducer(bootstrap_servers=ctx.bootstrap, transactional_id=f"{ctx.topic}-tx",
-                         request_timeout_ms=20_000)
+    p = AIOKafkaProducer(
+        bootstrap_servers=ctx.bootstrap,
+        transactional_id=f"{ctx.topic}-tx",
+        request_timeout_ms=20_000,
+    )
     await asyncio.wait_for(p.start(), min(20.0, ctx.timeout / 3))
     try:
         async with p.transaction():
@@ -441,9 +492,12 @@ def _created(resp: Any, topic: str) -> None:
 async def compacted_topic(ctx: CellContext) -> str:
     a = await _admin(ctx)
     try:
-        _created(await a.create_topics([NewTopic(ctx.topic, 1, 1,
-                                                 topic_configs={"cleanup.policy": "compact"})]),
-                 ctx.topic)
+        _created(
+            await a.create_topics(
+                [NewTopic(ctx.topic, 1, 1, topic_configs={"cleanup.policy": "compact"})]
+            ),
+            ctx.topic,
+        )
     finally:
         await a.close()
     await _produce(ctx, ctx.records)
@@ -457,9 +511,12 @@ async def oversize_refused(ctx: CellContext) -> str:
 
     a = await _admin(ctx)
     try:
-        _created(await a.create_topics([NewTopic(ctx.topic, 1, 1,
-                                                 topic_configs={"max.message.bytes": "10000"})]),
-                 ctx.topic)
+        _created(
+            await a.create_topics(
+                [NewTopic(ctx.topic, 1, 1, topic_configs={"max.message.bytes": "10000"})]
+            ),
+            ctx.topic,
+        )
     finally:
         await a.close()
     try:

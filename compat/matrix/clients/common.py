@@ -26,8 +26,7 @@ def expect_values(ctx: CellContext, got: Iterable[bytes | None], n: int, start: 
     expect(not extra, f"{len(extra)} unexpected records read back")
 
 
-def wait_for(check: Callable[[], T | None], timeout: float, what: str,
-             interval: float = 0.2) -> T:
+def wait_for(check: Callable[[], T | None], timeout: float, what: str, interval: float = 0.2) -> T:
     """Call `check` until it answers something truthy, and return that."""
     deadline = time.monotonic() + timeout
     last = check()
@@ -45,8 +44,10 @@ def expect_split(assignments: Sequence[set[int]], partitions: int, label: str) -
     for a in assignments:
         expect(not (union & a), f"{label}: partitions {sorted(union & a)} assigned twice")
         union |= a
-    expect(union == set(range(partitions)),
-           f"{label}: assigned {sorted(union)}, want 0..{partitions - 1}")
+    expect(
+        union == set(range(partitions)),
+        f"{label}: assigned {sorted(union)}, want 0..{partitions - 1}",
+    )
     expect(all(assignments), f"{label}: a member got nothing: {[sorted(a) for a in assignments]}")
     return f"{label}: " + " | ".join(str(sorted(a)) for a in assignments)
 

@@ -39,10 +39,18 @@ def _producer(ctx: CellContext, **conf: Any) -> Producer:
     return Producer({"bootstrap.servers": ctx.bootstrap, "linger.ms": 5, **conf})
 
 
-def _produce(ctx: CellContext, n: int, conf: dict[str, Any] | None = None, *,
-             topic: str | None = None, partition: int | None = None,
-             headers: bool = False, timestamp: int | None = None,
-             start: int = 0, value_size: int = 0) -> list[tuple[int, int]]:
+def _produce(
+    ctx: CellContext,
+    n: int,
+    conf: dict[str, Any] | None = None,
+    *,
+    topic: str | None = None,
+    partition: int | None = None,
+    headers: bool = False,
+    timestamp: int | None = None,
+    start: int = 0,
+    value_size: int = 0,
+) -> list[tuple[int, int]]:
     p = _producer(ctx, **(conf or {}))
     acked: list[tuple[int, int]] = []
     errors: list[str] = []
@@ -74,19 +82,33 @@ def _produce(ctx: CellContext, n: int, conf: dict[str, Any] | None = None, *,
 
 
 def _consumer(ctx: CellContext, group: str | None = None, **conf: Any) -> Consumer:
-    return Consumer({"bootstrap.servers": ctx.bootstrap, "group.id": group or f"{ctx.group}-r",
-                     "enable.auto.commit": False, "auto.offset.reset": "earliest", **conf})
+    return Consumer(
+        {
+            "bootstrap.servers": ctx.bootstrap,
+            "group.id": group or f"{ctx.group}-r",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            **conf,
+        }
+    )
 
 
-def _read(ctx: CellContext, n: int, *, topic: str | None = None, partitions: int | None = None,
-          offsets: dict[int, int] | None = None, conf: dict[str, Any] | None = None
-          ) -> list[Message]:
+def _read(
+    ctx: CellContext,
+    n: int,
+    *,
+    topic: str | None = None,
+    partitions: int | None = None,
+    offsets: dict[int, int] | None = None,
+    conf: dict[str, Any] | None = None,
+) -> list[Message]:
     c = _consumer(ctx, **(conf or {}))
     parts = partitions if partitions is not None else ctx.partitions
     try:
         if offsets is None:
-            c.assign([TopicPartition(topic or ctx.topic, p, OFFSET_BEGINNING)
-                      for p in range(parts)])
+            c.assign(
+                [TopicPartition(topic or ctx.topic, p, OFFSET_BEGINNING) for p in range(parts)]
+            )
         else:
             c.assign([TopicPartition(topic or ctx.topic, p, o) for p, o in offsets.items()])
         return _poll(c, n, ctx.timeout / 2)
@@ -133,8 +155,10 @@ def keys_headers(ctx: CellContext) -> str:
     for m in msgs:
         i = int((m.value() or b"").rsplit(b"-v", 1)[1])
         expect(m.key() == ctx.key(i), f"key {m.key()!r} for record {i}")
-        expect(m.headers() == [("h-index", str(i).encode()), ("h-const", b"compat")],
-               f"headers {m.headers()!r} for record {i}")
+        expect(
+            m.headers() == [("h-index", str(i).encode()), ("h-const", b"compat")],
+            f"headers {m.headers()!r} for record {i}",
+        )
     return f"{ctx.records} keys and header pairs"
 
 
@@ -199,8 +223,11 @@ def list_offsets_time(ctx: CellContext) -> str:
 
 
 def _group_split(ctx: CellContext, strategy: str, static: bool = False) -> str:
-    conf: dict[str, Any] = {"partition.assignment.strategy": strategy,
-                            "session.timeout.ms": 30000, "heartbeat.interval.ms": 500}
+    conf: dict[str, Any] = {
+        "partition.assignment.strategy": strategy,
+        "session.timeout.ms": 30000,
+        "heartbeat.interval.ms": 500,
+    }
     members: list[Consumer] = []
     for i in range(2):
         extra = {"group.instance.id": f"member-{i}"} if static else {}
@@ -208,8 +235,9 @@ def _group_split(ctx: CellContext, strategy: str, static: bool = False) -> str:
         c.subscribe([ctx.topic])
         members.append(c)
         if i == 0:
-            wait_for(lambda: _assignment_of(members[0]), ctx.timeout / 3,
-                     "the first member's assignment")
+            wait_for(
+                lambda: _assignment_of(members[0]), ctx.timeout / 3, "the first member's assignment"
+            )
 
     def split() -> list[set[int]] | None:
         for m in members:
@@ -282,8 +310,11 @@ def admin_topics(ctx: CellContext) -> str:
 def admin_partitions(ctx: CellContext) -> str:
     a = _admin(ctx)
     a.create_partitions([NewPartitions(ctx.topic, 5)])[ctx.topic].result(timeout=20)
-    wait_for(lambda: len(a.list_topics(ctx.topic, timeout=10).topics[ctx.topic].partitions) == 5,
-             20, "5 partitions in metadata")
+    wait_for(
+        lambda: len(a.list_topics(ctx.topic, timeout=10).topics[ctx.topic].partitions) == 5,
+        20,
+        "5 partitions in metadata",
+    )
     _produce(ctx, 2, partition=4)
     msgs = _read(ctx, 2, offsets={4: OFFSET_BEGINNING})
     expect_values(ctx, (m.value() for m in msgs), 2)
@@ -295,8 +326,7 @@ def admin_configs(ctx: CellContext) -> str:
     res = ConfigResource(ConfigResource.Type.TOPIC, ctx.topic)
     before = a.describe_configs([res])[res].result(timeout=20)
     expect("retention.ms" in before, "retention.ms not described")
-    op = ConfigEntry("retention.ms", "123456789",
-                     incremental_operation=AlterConfigOpType.SET)
+    op = ConfigEntry("retention.ms", "123456789", incremental_operation=AlterConfigOpType.SET)
     res2 = ConfigResource(ConfigResource.Type.TOPIC, ctx.topic, incremental_configs=[op])
     a.incremental_alter_configs([res2])[res2].result(timeout=20)
     after = a.describe_configs([res])[res].result(timeout=20)
@@ -347,8 +377,9 @@ def many_partitions(ctx: CellContext) -> str:
     expect(p.flush(ctx.timeout / 2) == 0, "not all acknowledged")
     msgs = _read(ctx, ctx.partitions)
     expect_values(ctx, (m.value() for m in msgs), ctx.partitions)
-    expect(all(m.value() == ctx.value(m.partition() or 0) for m in msgs),
-           "record in wrong partition")
+    expect(
+        all(m.value() == ctx.value(m.partition() or 0) for m in msgs), "record in wrong partition"
+    )
     return f"{ctx.partitions} partitions"
 
 
@@ -387,8 +418,9 @@ def transactions(ctx: CellContext) -> str:
 
 def compacted_topic(ctx: CellContext) -> str:
     a = _admin(ctx)
-    a.create_topics([NewTopic(ctx.topic, 1, 1, config={"cleanup.policy": "compact"})]
-                    )[ctx.topic].result(timeout=20)
+    a.create_topics([NewTopic(ctx.topic, 1, 1, config={"cleanup.policy": "compact"})])[
+        ctx.topic
+    ].result(timeout=20)
     _produce(ctx, ctx.records)
     msgs = _read(ctx, ctx.records, partitions=1)
     expect_values(ctx, (m.value() for m in msgs), ctx.records)
@@ -400,15 +432,18 @@ def topic_ids(ctx: CellContext) -> str:
 
     a = _admin(ctx)  # kept referenced: a collected client cancels its futures
     desc = a.describe_topics(TopicCollection([ctx.topic]))[ctx.topic].result(timeout=20)
-    expect(desc.topic_id is not None and str(desc.topic_id) != "AAAAAAAAAAAAAAAAAAAAAA",
-           f"topic id {desc.topic_id}")
+    expect(
+        desc.topic_id is not None and str(desc.topic_id) != "AAAAAAAAAAAAAAAAAAAAAA",
+        f"topic id {desc.topic_id}",
+    )
     return f"topic id {desc.topic_id}"
 
 
 def oversize_refused(ctx: CellContext) -> str:
     a = _admin(ctx)
-    a.create_topics([NewTopic(ctx.topic, 1, 1, config={"max.message.bytes": "10000"})]
-                    )[ctx.topic].result(timeout=20)
+    a.create_topics([NewTopic(ctx.topic, 1, 1, config={"max.message.bytes": "10000"})])[
+        ctx.topic
+    ].result(timeout=20)
     try:
         _produce(ctx, 1, value_size=20_000, conf={"message.max.bytes": 100_000})
     except AssertionError as exc:

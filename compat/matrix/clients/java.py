@@ -41,13 +41,27 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _tool(ctx: CellContext, tool: str, args: list[str], data: str | None = None,
-          timeout: float | None = None, ok_codes: tuple[int, ...] = (0,),
-          merged: bool = False) -> str:
-    out = subprocess.run([_bin(tool), *args], input=data, capture_output=True, text=True,
-                         env=_env(), timeout=timeout or ctx.timeout * 0.6)
-    expect(out.returncode in ok_codes, f"{tool} {' '.join(args[:6])} exited {out.returncode}: "
-           f"{_errors(out.stdout + out.stderr)}")
+def _tool(
+    ctx: CellContext,
+    tool: str,
+    args: list[str],
+    data: str | None = None,
+    timeout: float | None = None,
+    ok_codes: tuple[int, ...] = (0,),
+    merged: bool = False,
+) -> str:
+    out = subprocess.run(
+        [_bin(tool), *args],
+        input=data,
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=timeout or ctx.timeout * 0.6,
+    )
+    expect(
+        out.returncode in ok_codes,
+        f"{tool} {' '.join(args[:6])} exited {out.returncode}: {_errors(out.stdout + out.stderr)}",
+    )
     return out.stdout + out.stderr if merged else out.stdout
 
 
@@ -73,11 +87,24 @@ def _props(ctx: CellContext, name: str, props: dict[str, str]) -> str:
     return str(path)
 
 
-def _vproduce(ctx: CellContext, n: int, acks: str = "-1",
-              props: dict[str, str] | None = None, topic: str | None = None,
-              prefix: int | None = None) -> list[dict[str, Any]]:
-    args = ["--bootstrap-server", ctx.bootstrap, "--topic", topic or ctx.topic,
-            "--max-messages", str(n), "--acks", acks]
+def _vproduce(
+    ctx: CellContext,
+    n: int,
+    acks: str = "-1",
+    props: dict[str, str] | None = None,
+    topic: str | None = None,
+    prefix: int | None = None,
+) -> list[dict[str, Any]]:
+    args = [
+        "--bootstrap-server",
+        ctx.bootstrap,
+        "--topic",
+        topic or ctx.topic,
+        "--max-messages",
+        str(n),
+        "--acks",
+        acks,
+    ]
     if props:
         args += ["--producer.config", _props(ctx, "producer", props)]
     if prefix is not None:
@@ -90,17 +117,31 @@ def _vproduce(ctx: CellContext, n: int, acks: str = "-1",
     return acked
 
 
-def _vconsume(ctx: CellContext, n: int, *extra: str, group: str | None = None,
-              timeout: float | None = None) -> list[dict[str, Any]]:
-    args = ["--bootstrap-server", ctx.bootstrap, "--topic", ctx.topic, "--group-id",
-            group or ctx.group, "--max-messages", str(n), "--verbose", "--reset-policy",
-            "earliest", *extra]
+def _vconsume(
+    ctx: CellContext, n: int, *extra: str, group: str | None = None, timeout: float | None = None
+) -> list[dict[str, Any]]:
+    args = [
+        "--bootstrap-server",
+        ctx.bootstrap,
+        "--topic",
+        ctx.topic,
+        "--group-id",
+        group or ctx.group,
+        "--max-messages",
+        str(n),
+        "--verbose",
+        "--reset-policy",
+        "earliest",
+        *extra,
+    ]
     return _events(_tool(ctx, "kafka-verifiable-consumer.sh", args, timeout=timeout))
 
 
-def _exactly_once(acked: list[dict[str, Any]], events: list[dict[str, Any]],
-                  by_offset: bool = True) -> str:
+def _exactly_once(
+    acked: list[dict[str, Any]], events: list[dict[str, Any]], by_offset: bool = True
+) -> str:
     """Every acked record consumed exactly once, nothing else consumed."""
+
     def ident(e: dict[str, Any]) -> tuple[Any, ...]:
         return (e["partition"], e["offset"], e["value"]) if by_offset else (e["value"],)
 
@@ -109,8 +150,9 @@ def _exactly_once(acked: list[dict[str, Any]], events: list[dict[str, Any]],
     missing = want - got
     extra = got - want
     dup = sum(c - 1 for c in got.values() if c > 1)
-    expect(not missing, f"{sum(missing.values())} acked records not consumed, e.g. "
-           f"{list(missing)[:3]}")
+    expect(
+        not missing, f"{sum(missing.values())} acked records not consumed, e.g. {list(missing)[:3]}"
+    )
     expect(not dup, f"{dup} records consumed twice")
     expect(not extra, f"{sum(extra.values())} unexpected records consumed")
     return f"{len(acked)} acked, each consumed exactly once"
@@ -122,11 +164,13 @@ def _verified(acks: str = "-1", props: dict[str, str] | None = None):  # type: i
         events = _vconsume(ctx, ctx.records)
         # acks=0 gets no offsets back (-1): compare values only
         return _exactly_once(acked, events, by_offset=acks != "0")
+
     return cell
 
 
-def _console_produce(ctx: CellContext, lines: list[str], *props: str,
-                     topic: str | None = None) -> None:
+def _console_produce(
+    ctx: CellContext, lines: list[str], *props: str, topic: str | None = None
+) -> None:
     args = ["--bootstrap-server", ctx.bootstrap, "--topic", topic or ctx.topic]
     for p in props:
         args += ["--property", p]
@@ -134,8 +178,17 @@ def _console_produce(ctx: CellContext, lines: list[str], *props: str,
 
 
 def _console_consume(ctx: CellContext, n: int, *extra: str, topic: str | None = None) -> list[str]:
-    args = ["--bootstrap-server", ctx.bootstrap, "--topic", topic or ctx.topic,
-            "--max-messages", str(n), "--timeout-ms", str(int(ctx.timeout * 300)), *extra]
+    args = [
+        "--bootstrap-server",
+        ctx.bootstrap,
+        "--topic",
+        topic or ctx.topic,
+        "--max-messages",
+        str(n),
+        "--timeout-ms",
+        str(int(ctx.timeout * 300)),
+        *extra,
+    ]
     out = _tool(ctx, "kafka-console-consumer.sh", args)
     return [line for line in out.splitlines() if line]
 
@@ -145,13 +198,24 @@ def _values(ctx: CellContext, start: int, n: int) -> list[str]:
 
 
 def keys_headers(ctx: CellContext) -> str:
-    lines = [f"h-index:{i},h-const:compat\t{ctx.key(i).decode()}\t{ctx.value(i).decode()}"
-             for i in range(ctx.records)]
+    lines = [
+        f"h-index:{i},h-const:compat\t{ctx.key(i).decode()}\t{ctx.value(i).decode()}"
+        for i in range(ctx.records)
+    ]
     _console_produce(ctx, lines, "parse.key=true", "parse.headers=true")
-    got = _console_consume(ctx, ctx.records, "--from-beginning", "--property", "print.key=true",
-                           "--property", "print.headers=true")
-    expect(sorted(got) == sorted(lines), f"{len(set(lines) - set(got))} records differ, e.g. "
-           f"{sorted(set(got) - set(lines))[:1]}")
+    got = _console_consume(
+        ctx,
+        ctx.records,
+        "--from-beginning",
+        "--property",
+        "print.key=true",
+        "--property",
+        "print.headers=true",
+    )
+    expect(
+        sorted(got) == sorted(lines),
+        f"{len(set(lines) - set(got))} records differ, e.g. {sorted(set(got) - set(lines))[:1]}",
+    )
     return f"{ctx.records} keys and header pairs"
 
 
@@ -204,27 +268,42 @@ def list_offsets_time(ctx: CellContext) -> str:
     time.sleep(1.0)
     t_mid = int(time.time() * 1000)
     time.sleep(1.0)
-    _console_produce(ctx, [f"same\t{v}" for v in _values(ctx, half, ctx.records)],
-                     "parse.key=true")
-    out = _tool(ctx, "kafka-get-offsets.sh", ["--bootstrap-server", ctx.bootstrap, "--topic",
-                                              ctx.topic, "--time", str(t_mid)])
-    got = {int(p): int(o) for p, o in re.findall(rf"^{re.escape(ctx.topic)}:(\d+):(-?\d+)", out,
-                                                  re.M)}
+    _console_produce(ctx, [f"same\t{v}" for v in _values(ctx, half, ctx.records)], "parse.key=true")
+    out = _tool(
+        ctx,
+        "kafka-get-offsets.sh",
+        ["--bootstrap-server", ctx.bootstrap, "--topic", ctx.topic, "--time", str(t_mid)],
+    )
+    got = {
+        int(p): int(o) for p, o in re.findall(rf"^{re.escape(ctx.topic)}:(\d+):(-?\d+)", out, re.M)
+    }
     found = {p: o for p, o in got.items() if o >= 0}
-    expect(list(found.values()) == [half], f"offsets for the middle time {got}, want one "
-           f"partition at {half}")
+    expect(
+        list(found.values()) == [half],
+        f"offsets for the middle time {got}, want one partition at {half}",
+    )
     return f"mid time -> {found}"
 
 
-def _member(ctx: CellContext, i: int, strategy: str, static: bool, log: Path
-            ) -> subprocess.Popen[bytes]:
-    args = [_bin("kafka-verifiable-consumer.sh"), "--bootstrap-server", ctx.bootstrap,
-            "--topic", ctx.topic, "--group-id", ctx.group, "--assignment-strategy",
-            ASSIGNORS[strategy]]
+def _member(
+    ctx: CellContext, i: int, strategy: str, static: bool, log: Path
+) -> subprocess.Popen[bytes]:
+    args = [
+        _bin("kafka-verifiable-consumer.sh"),
+        "--bootstrap-server",
+        ctx.bootstrap,
+        "--topic",
+        ctx.topic,
+        "--group-id",
+        ctx.group,
+        "--assignment-strategy",
+        ASSIGNORS[strategy],
+    ]
     if static:
         args += ["--group-instance-id", f"member-{i}"]
-    return subprocess.Popen(args, stdout=log.open("w"), stderr=subprocess.STDOUT, env=_env(),
-                            start_new_session=True)
+    return subprocess.Popen(
+        args, stdout=log.open("w"), stderr=subprocess.STDOUT, env=_env(), start_new_session=True
+    )
 
 
 def _current(log: Path) -> set[int]:
@@ -273,12 +352,16 @@ def _group_split(strategy: str, static: bool = False):  # type: ignore[no-untype
         finally:
             for p in procs:
                 _stop(p)
+
     return cell
 
 
 def _group_offsets(ctx: CellContext) -> dict[int, int]:
-    out = _tool(ctx, "kafka-consumer-groups.sh", ["--bootstrap-server", ctx.bootstrap,
-                                                  "--describe", "--group", ctx.group])
+    out = _tool(
+        ctx,
+        "kafka-consumer-groups.sh",
+        ["--bootstrap-server", ctx.bootstrap, "--describe", "--group", ctx.group],
+    )
     offsets = {}
     for line in out.splitlines():
         cols = line.split()
@@ -293,9 +376,21 @@ def committed_offsets(ctx: CellContext) -> str:
     _exactly_once(acked, events)
     offsets = _group_offsets(ctx)
     expect(sum(offsets.values()) == ctx.records, f"committed {offsets}, want {ctx.records} total")
-    _tool(ctx, "kafka-consumer-groups.sh", ["--bootstrap-server", ctx.bootstrap, "--group",
-                                            ctx.group, "--reset-offsets", "--to-earliest",
-                                            "--topic", ctx.topic, "--execute"])
+    _tool(
+        ctx,
+        "kafka-consumer-groups.sh",
+        [
+            "--bootstrap-server",
+            ctx.bootstrap,
+            "--group",
+            ctx.group,
+            "--reset-offsets",
+            "--to-earliest",
+            "--topic",
+            ctx.topic,
+            "--execute",
+        ],
+    )
     reset = _group_offsets(ctx)
     expect(set(reset.values()) == {0}, f"after --reset-offsets --to-earliest: {reset}")
     again = _vconsume(ctx, ctx.records)
@@ -308,8 +403,7 @@ def _topics(ctx: CellContext, *args: str) -> str:
 
 
 def admin_topics(ctx: CellContext) -> str:
-    _topics(ctx, "--create", "--topic", ctx.topic, "--partitions", "2",
-            "--replication-factor", "1")
+    _topics(ctx, "--create", "--topic", ctx.topic, "--partitions", "2", "--replication-factor", "1")
     expect(ctx.topic in _topics(ctx, "--list").split(), "created topic not listed")
     desc = _topics(ctx, "--describe", "--topic", ctx.topic)
     expect("PartitionCount: 2" in desc, f"describe: {desc[:300]!r}")
@@ -326,8 +420,14 @@ def admin_partitions(ctx: CellContext) -> str:
 
 
 def admin_configs(ctx: CellContext) -> str:
-    base = ["--bootstrap-server", ctx.bootstrap, "--entity-type", "topics", "--entity-name",
-            ctx.topic]
+    base = [
+        "--bootstrap-server",
+        ctx.bootstrap,
+        "--entity-type",
+        "topics",
+        "--entity-name",
+        ctx.topic,
+    ]
     _tool(ctx, "kafka-configs.sh", [*base, "--alter", "--add-config", "retention.ms=123456789"])
     desc = _tool(ctx, "kafka-configs.sh", [*base, "--describe"])
     expect("retention.ms=123456789" in desc, f"describe: {desc[:300]!r}")
@@ -342,8 +442,9 @@ def admin_groups(ctx: CellContext) -> str:
     base = ["--bootstrap-server", ctx.bootstrap]
     listed = _tool(ctx, "kafka-consumer-groups.sh", [*base, "--list"])
     expect(ctx.group in listed.split(), "group not listed")
-    state = _tool(ctx, "kafka-consumer-groups.sh", [*base, "--describe", "--state", "--group",
-                                                    ctx.group])
+    state = _tool(
+        ctx, "kafka-consumer-groups.sh", [*base, "--describe", "--state", "--group", ctx.group]
+    )
     expect("Empty" in state, f"state: {state.strip()[-200:]!r}")
     _tool(ctx, "kafka-consumer-groups.sh", [*base, "--delete", "--group", ctx.group])
     listed = _tool(ctx, "kafka-consumer-groups.sh", [*base, "--list"])
@@ -358,14 +459,31 @@ def admin_records(ctx: CellContext) -> str:
     expect(count >= 2, f"only {count} records on partition {part}")
     mid = count // 2
     spec = ctx.work_dir / "delete.json"
-    spec.write_text(json.dumps({"version": 1, "partitions": [
-        {"topic": ctx.topic, "partition": part, "offset": mid}]}))
-    out = _tool(ctx, "kafka-delete-records.sh", ["--bootstrap-server", ctx.bootstrap,
-                                                 "--offset-json-file", str(spec)])
+    spec.write_text(
+        json.dumps(
+            {"version": 1, "partitions": [{"topic": ctx.topic, "partition": part, "offset": mid}]}
+        )
+    )
+    out = _tool(
+        ctx,
+        "kafka-delete-records.sh",
+        ["--bootstrap-server", ctx.bootstrap, "--offset-json-file", str(spec)],
+    )
     expect(f"low_watermark: {mid}" in out, f"delete-records: {out.strip()!r}")
-    offsets = _tool(ctx, "kafka-get-offsets.sh", ["--bootstrap-server", ctx.bootstrap,
-                                                  "--topic", ctx.topic, "--partitions",
-                                                  str(part), "--time", "-2"])
+    offsets = _tool(
+        ctx,
+        "kafka-get-offsets.sh",
+        [
+            "--bootstrap-server",
+            ctx.bootstrap,
+            "--topic",
+            ctx.topic,
+            "--partitions",
+            str(part),
+            "--time",
+            "-2",
+        ],
+    )
     expect(f"{ctx.topic}:{part}:{mid}" in offsets, f"earliest: {offsets.strip()!r}")
     return f"log start {mid} (kafka-delete-records, kafka-get-offsets --time -2)"
 
@@ -375,10 +493,12 @@ def many_partitions(ctx: CellContext) -> str:
     # a key per record spreads them (null keys stick to one partition per batch)
     lines = [f"{ctx.key(i).decode()}\t{ctx.value(i).decode()}" for i in range(n)]
     _console_produce(ctx, lines, "parse.key=true")
-    out = _tool(ctx, "kafka-get-offsets.sh", ["--bootstrap-server", ctx.bootstrap, "--topic",
-                                              ctx.topic])
-    ends = {int(p): int(o) for p, o in re.findall(rf"^{re.escape(ctx.topic)}:(\d+):(\d+)", out,
-                                                  re.M)}
+    out = _tool(
+        ctx, "kafka-get-offsets.sh", ["--bootstrap-server", ctx.bootstrap, "--topic", ctx.topic]
+    )
+    ends = {
+        int(p): int(o) for p, o in re.findall(rf"^{re.escape(ctx.topic)}:(\d+):(\d+)", out, re.M)
+    }
     expect(len(ends) == ctx.partitions, f"{len(ends)} partitions listed")
     expect(sum(ends.values()) == n, f"{sum(ends.values())} records, want {n}")
     got = _console_consume(ctx, n, "--from-beginning")
@@ -402,18 +522,45 @@ def restart(ctx: CellContext) -> str:
 
 
 def transactions(ctx: CellContext) -> str:
-    _tool(ctx, "kafka-producer-perf-test.sh", [
-        "--topic", ctx.topic, "--num-records", "10", "--record-size", "50", "--throughput",
-        "-1", "--transactional-id", f"{ctx.topic}-tx", "--transaction-duration-ms", "100",
-        "--producer-props", f"bootstrap.servers={ctx.bootstrap}", "max.block.ms=20000"])
+    _tool(
+        ctx,
+        "kafka-producer-perf-test.sh",
+        [
+            "--topic",
+            ctx.topic,
+            "--num-records",
+            "10",
+            "--record-size",
+            "50",
+            "--throughput",
+            "-1",
+            "--transactional-id",
+            f"{ctx.topic}-tx",
+            "--transaction-duration-ms",
+            "100",
+            "--producer-props",
+            f"bootstrap.servers={ctx.bootstrap}",
+            "max.block.ms=20000",
+        ],
+    )
     got = _console_consume(ctx, 10, "--from-beginning", "--isolation-level", "read_committed")
     expect(len(got) == 10, f"{len(got)} of 10 committed records read")
     return "10 records in committed transactions read back"
 
 
 def compacted_topic(ctx: CellContext) -> str:
-    _topics(ctx, "--create", "--topic", ctx.topic, "--partitions", "1",
-            "--replication-factor", "1", "--config", "cleanup.policy=compact")
+    _topics(
+        ctx,
+        "--create",
+        "--topic",
+        ctx.topic,
+        "--partitions",
+        "1",
+        "--replication-factor",
+        "1",
+        "--config",
+        "cleanup.policy=compact",
+    )
     lines = [f"{ctx.key(i).decode()}\t{v}" for i, v in enumerate(_values(ctx, 0, ctx.records))]
     _console_produce(ctx, lines, "parse.key=true")
     got = _console_consume(ctx, ctx.records, "--from-beginning")
@@ -432,14 +579,41 @@ def topic_ids(ctx: CellContext) -> str:
 
 
 def oversize_refused(ctx: CellContext) -> str:
-    _topics(ctx, "--create", "--topic", ctx.topic, "--partitions", "1",
-            "--replication-factor", "1", "--config", "max.message.bytes=10000")
-    out = _tool(ctx, "kafka-producer-perf-test.sh", [
-        "--topic", ctx.topic, "--num-records", "1", "--record-size", "20000", "--throughput",
-        "-1", "--producer-props", f"bootstrap.servers={ctx.bootstrap}", "retries=0"],
-        ok_codes=(0, 1), merged=True)
-    expect("RecordTooLargeException" in out or "too large" in out.lower(),
-           f"not refused: {out.strip()[-300:]!r}")
+    _topics(
+        ctx,
+        "--create",
+        "--topic",
+        ctx.topic,
+        "--partitions",
+        "1",
+        "--replication-factor",
+        "1",
+        "--config",
+        "max.message.bytes=10000",
+    )
+    out = _tool(
+        ctx,
+        "kafka-producer-perf-test.sh",
+        [
+            "--topic",
+            ctx.topic,
+            "--num-records",
+            "1",
+            "--record-size",
+            "20000",
+            "--throughput",
+            "-1",
+            "--producer-props",
+            f"bootstrap.servers={ctx.bootstrap}",
+            "retries=0",
+        ],
+        ok_codes=(0, 1),
+        merged=True,
+    )
+    expect(
+        "RecordTooLargeException" in out or "too large" in out.lower(),
+        f"not refused: {out.strip()[-300:]!r}",
+    )
     return "refused: RecordTooLargeException"
 
 

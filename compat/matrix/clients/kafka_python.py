@@ -23,23 +23,42 @@ from compat.matrix.clients.common import (
 from compat.matrix.model import CellContext, expect
 
 
-def _produce(ctx: CellContext, n: int, conf: dict[str, Any] | None = None, *,
-             topic: str | None = None, partition: int | None = None, headers: bool = False,
-             timestamp: int | None = None, start: int = 0, value_size: int = 0
-             ) -> list[tuple[int, int]]:
-    p = KafkaProducer(bootstrap_servers=ctx.bootstrap, linger_ms=5,
-                      max_request_size=2 * 1024 * 1024, **(conf or {}))
+def _produce(
+    ctx: CellContext,
+    n: int,
+    conf: dict[str, Any] | None = None,
+    *,
+    topic: str | None = None,
+    partition: int | None = None,
+    headers: bool = False,
+    timestamp: int | None = None,
+    start: int = 0,
+    value_size: int = 0,
+) -> list[tuple[int, int]]:
+    p = KafkaProducer(
+        bootstrap_servers=ctx.bootstrap,
+        linger_ms=5,
+        max_request_size=2 * 1024 * 1024,
+        **(conf or {}),
+    )
     try:
         futures = []
         for i in range(start, start + n):
             value = ctx.value(i)
             if value_size:
                 value = value + b"x" * (value_size - len(value))
-            futures.append(p.send(
-                topic or ctx.topic, value=value, key=ctx.key(i), partition=partition,
-                timestamp_ms=timestamp,
-                headers=[("h-index", str(i).encode()), ("h-const", b"compat")] if headers
-                else None))
+            futures.append(
+                p.send(
+                    topic or ctx.topic,
+                    value=value,
+                    key=ctx.key(i),
+                    partition=partition,
+                    timestamp_ms=timestamp,
+                    headers=[("h-index", str(i).encode()), ("h-const", b"compat")]
+                    if headers
+                    else None,
+                )
+            )
         p.flush(timeout=ctx.timeout / 2)
         metas = [f.get(timeout=ctx.timeout / 2) for f in futures]
     finally:
@@ -48,8 +67,13 @@ def _produce(ctx: CellContext, n: int, conf: dict[str, Any] | None = None, *,
 
 
 def _consumer(ctx: CellContext, group: str | None = None, **conf: Any) -> KafkaConsumer:
-    return KafkaConsumer(bootstrap_servers=ctx.bootstrap, group_id=group,
-                         enable_auto_commit=False, auto_offset_reset="earliest", **conf)
+    return KafkaConsumer(
+        bootstrap_servers=ctx.bootstrap,
+        group_id=group,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        **conf,
+    )
 
 
 def _poll(c: KafkaConsumer, n: int, timeout: float) -> list[Any]:
@@ -61,8 +85,14 @@ def _poll(c: KafkaConsumer, n: int, timeout: float) -> list[Any]:
     return got
 
 
-def _read(ctx: CellContext, n: int, *, partitions: int | None = None,
-          offsets: dict[int, int | None] | None = None, **conf: Any) -> list[Any]:
+def _read(
+    ctx: CellContext,
+    n: int,
+    *,
+    partitions: int | None = None,
+    offsets: dict[int, int | None] | None = None,
+    **conf: Any,
+) -> list[Any]:
     c = _consumer(ctx, **conf)
     try:
         parts = partitions if partitions is not None else ctx.partitions
@@ -104,8 +134,10 @@ def keys_headers(ctx: CellContext) -> str:
     for r in recs:
         i = int(r.value.rsplit(b"-v", 1)[1])
         expect(r.key == ctx.key(i), f"key {r.key!r} for record {i}")
-        expect(list(r.headers) == [("h-index", str(i).encode()), ("h-const", b"compat")],
-               f"headers {r.headers!r}")
+        expect(
+            list(r.headers) == [("h-index", str(i).encode()), ("h-const", b"compat")],
+            f"headers {r.headers!r}",
+        )
     return f"{ctx.records} keys and header pairs"
 
 
@@ -173,8 +205,11 @@ def _assigned(c: KafkaConsumer) -> set[int]:
 
 
 def _group_split(ctx: CellContext, assignor: Any, static: bool = False) -> str:
-    conf: dict[str, Any] = {"partition_assignment_strategy": (assignor,),
-                            "session_timeout_ms": 30000, "heartbeat_interval_ms": 500}
+    conf: dict[str, Any] = {
+        "partition_assignment_strategy": (assignor,),
+        "session_timeout_ms": 30000,
+        "heartbeat_interval_ms": 500,
+    }
     members: list[KafkaConsumer] = []
 
     def member(i: int) -> KafkaConsumer:
@@ -256,8 +291,11 @@ def admin_partitions(ctx: CellContext) -> str:
     a = _admin(ctx)
     try:
         a.create_partitions({ctx.topic: 5})
-        wait_for(lambda: len(a.describe_topics([ctx.topic])[0]["partitions"]) == 5, 20,
-                 "5 partitions in metadata")
+        wait_for(
+            lambda: len(a.describe_topics([ctx.topic])[0]["partitions"]) == 5,
+            20,
+            "5 partitions in metadata",
+        )
     finally:
         a.close()
     _produce(ctx, 2, partition=4)
@@ -266,8 +304,7 @@ def admin_partitions(ctx: CellContext) -> str:
 
 
 def _topic_configs(a: KafkaAdminClient, topic: str) -> dict[str, Any]:
-    out = a.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)],
-                             config_filter="all")
+    out = a.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)], config_filter="all")
     return _find_configs(out, topic)
 
 
@@ -278,8 +315,10 @@ def _find_configs(out: Any, topic: str) -> dict[str, Any]:
         node = stack.pop()
         if isinstance(node, dict):
             if topic in node and isinstance(node[topic], dict):
-                return {k: (v.get("value") if isinstance(v, dict) else v)
-                        for k, v in node[topic].items()}
+                return {
+                    k: (v.get("value") if isinstance(v, dict) else v)
+                    for k, v in node[topic].items()
+                }
             stack.extend(node.values())
         elif isinstance(node, list | tuple):
             stack.extend(node)
@@ -291,9 +330,14 @@ def admin_configs(ctx: CellContext) -> str:
     try:
         before = _topic_configs(a, ctx.topic)
         expect("retention.ms" in before, f"retention.ms not described: {sorted(before)[:10]}")
-        a.alter_configs([ConfigResource(ConfigResourceType.TOPIC, ctx.topic,
-                                        configs={"retention.ms": "123456789"})],
-                        incremental=True)
+        a.alter_configs(
+            [
+                ConfigResource(
+                    ConfigResourceType.TOPIC, ctx.topic, configs={"retention.ms": "123456789"}
+                )
+            ],
+            incremental=True,
+        )
         after = _topic_configs(a, ctx.topic)
     finally:
         a.close()
@@ -345,8 +389,9 @@ def admin_records(ctx: CellContext) -> str:
 def many_partitions(ctx: CellContext) -> str:
     p = KafkaProducer(bootstrap_servers=ctx.bootstrap, linger_ms=5)
     try:
-        futures = [p.send(ctx.topic, value=ctx.value(i), partition=i)
-                   for i in range(ctx.partitions)]
+        futures = [
+            p.send(ctx.topic, value=ctx.value(i), partition=i) for i in range(ctx.partitions)
+        ]
         p.flush(timeout=ctx.timeout / 2)
         for f in futures:
             f.get(timeout=10)
@@ -364,8 +409,7 @@ def restart(ctx: CellContext) -> str:
         _produce(ctx, ctx.records, {"acks": "all"}, partition=0)
         _commit_mid(ctx, mid)
         return f"{ctx.records} produced, {mid} committed"
-    expect_values(ctx, (r.value for r in _read(ctx, ctx.records, offsets={0: None})),
-                  ctx.records)
+    expect_values(ctx, (r.value for r in _read(ctx, ctx.records, offsets={0: None})), ctx.records)
     c = _consumer(ctx, ctx.group)
     try:
         committed = c.committed(TopicPartition(ctx.topic, 0))
@@ -376,8 +420,11 @@ def restart(ctx: CellContext) -> str:
 
 
 def transactions(ctx: CellContext) -> str:
-    p = KafkaProducer(bootstrap_servers=ctx.bootstrap, transactional_id=f"{ctx.topic}-tx",
-                      max_block_ms=int(min(20.0, ctx.timeout / 3) * 1000))
+    p = KafkaProducer(
+        bootstrap_servers=ctx.bootstrap,
+        transactional_id=f"{ctx.topic}-tx",
+        max_block_ms=int(min(20.0, ctx.timeout / 3) * 1000),
+    )
     try:
         p.init_transactions()
         p.begin_transaction()

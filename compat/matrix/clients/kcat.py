@@ -20,12 +20,20 @@ from compat.matrix.model import CellContext, ClientLacks, expect
 FORMAT = "%p\t%o\t%k\t%s\t%h\n"
 
 
-def _kcat(ctx: CellContext, args: list[str], data: str | None = None,
-          timeout: float | None = None) -> str:
-    out = subprocess.run(["kcat", "-b", ctx.bootstrap, *args], input=data, capture_output=True,
-                         text=True, timeout=timeout or ctx.timeout / 2)
-    expect(out.returncode == 0, f"kcat {' '.join(args[:4])}... exited {out.returncode}: "
-           f"{out.stderr.strip()[-400:]}")
+def _kcat(
+    ctx: CellContext, args: list[str], data: str | None = None, timeout: float | None = None
+) -> str:
+    out = subprocess.run(
+        ["kcat", "-b", ctx.bootstrap, *args],
+        input=data,
+        capture_output=True,
+        text=True,
+        timeout=timeout or ctx.timeout / 2,
+    )
+    expect(
+        out.returncode == 0,
+        f"kcat {' '.join(args[:4])}... exited {out.returncode}: {out.stderr.strip()[-400:]}",
+    )
     return out.stdout
 
 
@@ -39,16 +47,28 @@ def _lines(ctx: CellContext, start: int, n: int, value_size: int = 0) -> str:
     return "\n".join(rows) + "\n"
 
 
-def _produce(ctx: CellContext, n: int, *opts: str, start: int = 0, partition: int | None = None,
-             value_size: int = 0, topic: str | None = None) -> None:
+def _produce(
+    ctx: CellContext,
+    n: int,
+    *opts: str,
+    start: int = 0,
+    partition: int | None = None,
+    value_size: int = 0,
+    topic: str | None = None,
+) -> None:
     args = ["-P", "-t", topic or ctx.topic, "-K:", *opts]
     if partition is not None:
         args += ["-p", str(partition)]
     _kcat(ctx, args, _lines(ctx, start, n, value_size))
 
 
-def _read(ctx: CellContext, *opts: str, partition: int | None = None,
-          offset: str = "beginning", topic: str | None = None) -> list[list[str]]:
+def _read(
+    ctx: CellContext,
+    *opts: str,
+    partition: int | None = None,
+    offset: str = "beginning",
+    topic: str | None = None,
+) -> list[list[str]]:
     args = ["-C", "-t", topic or ctx.topic, "-o", offset, "-e", "-f", FORMAT, *opts]
     if partition is not None:
         args += ["-p", str(partition)]
@@ -61,6 +81,7 @@ def _roundtrip(*opts: str):  # type: ignore[no-untyped-def]
         _produce(ctx, ctx.records, *opts)
         expect_values(ctx, (r[3].encode() for r in _read(ctx)), ctx.records)
         return f"{ctx.records} records"
+
     return cell
 
 
@@ -107,8 +128,21 @@ def consume_assign(ctx: CellContext) -> str:
 
 
 def _group_read(ctx: CellContext, count: int, *opts: str) -> list[list[str]]:
-    out = _kcat(ctx, ["-G", ctx.group, "-c", str(count), "-f", FORMAT,
-                      "-X", "auto.offset.reset=earliest", *opts, ctx.topic])
+    out = _kcat(
+        ctx,
+        [
+            "-G",
+            ctx.group,
+            "-c",
+            str(count),
+            "-f",
+            FORMAT,
+            "-X",
+            "auto.offset.reset=earliest",
+            *opts,
+            ctx.topic,
+        ],
+    )
     return [line.split("\t") for line in out.splitlines() if line]
 
 
@@ -130,8 +164,7 @@ def list_offsets_time(ctx: CellContext) -> str:
     match = re.search(r"\[0\]\s+offset\s+(-?\d+)", out)
     expect(match, f"no offset in {out!r}")
     assert match is not None
-    expect(int(match.group(1)) == half, f"offset for the middle time {match.group(1)}, "
-           f"want {half}")
+    expect(int(match.group(1)) == half, f"offset for the middle time {match.group(1)}, want {half}")
     return f"mid time -> {half}"
 
 
@@ -166,9 +199,22 @@ def _group_split(strategy: str, static: bool = False):  # type: ignore[no-untype
             logs[i] = log
             extra = ["-X", f"group.instance.id=member-{i}"] if static else []
             return subprocess.Popen(
-                ["kcat", "-b", ctx.bootstrap, "-G", ctx.group, "-X",
-                 f"partition.assignment.strategy={strategy}", "-X", "session.timeout.ms=30000",
-                 *extra, ctx.topic], stdout=subprocess.DEVNULL, stderr=log.open("w"))
+                [
+                    "kcat",
+                    "-b",
+                    ctx.bootstrap,
+                    "-G",
+                    ctx.group,
+                    "-X",
+                    f"partition.assignment.strategy={strategy}",
+                    "-X",
+                    "session.timeout.ms=30000",
+                    *extra,
+                    ctx.topic,
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=log.open("w"),
+            )
 
         def split() -> list[set[int]] | None:
             s = [_assignment(log) for log in logs]
@@ -194,6 +240,7 @@ def _group_split(strategy: str, static: bool = False):  # type: ignore[no-untype
             for p in procs:
                 p.kill()
                 p.wait()
+
     return cell
 
 
@@ -234,6 +281,7 @@ def restart(ctx: CellContext) -> str:
 def _lacks(what: str):  # type: ignore[no-untyped-def]
     def cell(ctx: CellContext) -> str:
         raise ClientLacks(f"kcat has no {what}")
+
     return cell
 
 
