@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench clean kcat-installed postgresql-installed java-installed mosquitto-installed
+.PHONY: run test lint bench compat clean kcat-installed postgresql-installed java-installed mosquitto-installed
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,12 +29,6 @@ postgresql-installed:
 
 # ruff (lint and format) over the whole tree; mypy over the packages, as configured in
 # pyproject.toml ([tool.mypy] files).
-# Java 17 runs Kafka's broker and tools for the side-by-side tests, when ../shared/kafka is
-# there (without it those tests skip the Kafka half and say why).
-java-installed:
-	@[ ! -d ../shared/kafka ] || command -v java >/dev/null || { \
-	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq openjdk-17-jre-headless; }
 # mosquitto (Debian package) is the MQTT broker of the bridge tests; never run as a service.
 mosquitto-installed:
 	@command -v mosquitto >/dev/null || [ -x /usr/sbin/mosquitto ] || { \
@@ -51,6 +45,19 @@ test: $(STAMP) kcat-installed postgresql-installed java-installed mosquitto-inst
 
 bench: $(STAMP)
 	$(BIN)/python compat/bench_throughput.py
+
+# Java 17 runs Kafka's tools (the compat matrix's Java column) when a Kafka distribution is
+# at ../shared/kafka or KAFKA_HOME; without one the Java tests skip saying so.
+java-installed:
+	@command -v java >/dev/null || { [ -z "$$KAFKA_HOME" ] && [ ! -d ../shared/kafka ]; } || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq openjdk-17-jre-headless; }
+
+# The compatibility matrix: every client against a fresh streamgate and Apache Kafka side by
+# side (compat/results/compat_matrix.{md,json}). `make compat COMPAT_ARGS=` skips Kafka.
+COMPAT_ARGS ?= --kafka
+compat: $(STAMP) kcat-installed java-installed
+	$(BIN)/streamgate compat run --streamgate $(COMPAT_ARGS)
 
 clean:
 	rm -rf $(VENV) data .pytest_cache .hypothesis

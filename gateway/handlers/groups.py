@@ -28,17 +28,17 @@ async def find_coordinator(ctx: GatewayContext, header: RequestHeader, body: Any
     """This node coordinates every group. There are no transactions, so no transaction
     coordinator either."""
     key_type = getattr(body, "key_type", _KEY_TYPE_GROUP)
-    if key_type == _KEY_TYPE_GROUP:
+    if key_type in (_KEY_TYPE_GROUP, _KEY_TYPE_TRANSACTION):
+        # A transactional id is answered too: the client then sends InitProducerId, which
+        # refuses it with a non-retriable error, so the producer fails at once instead of
+        # retrying COORDINATOR_NOT_AVAILABLE until its timeout.
         return {
             "error_code": ErrorCode.NONE,
             "node_id": ctx.node_id,
             "host": ctx.advertised_host,
             "port": ctx.advertised_port,
         }
-    if key_type == _KEY_TYPE_TRANSACTION:
-        error, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, "transactions are not supported"
-    else:
-        error, message = ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}"
+    error, message = ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}"
     return {"error_code": error, "error_message": message, "node_id": -1, "host": "", "port": -1}
 
 

@@ -1,0 +1,1 @@
+"""A feature matrix of real Kafka clients against one or two Kafka-protocol endpoints."""
