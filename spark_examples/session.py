@@ -141,6 +141,7 @@ def build_session(
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.driver.memory", os.environ.get("STREAMGATE_SPARK_DRIVER_MEMORY", "1g"))
         .config("spark.sql.session.timeZone", "UTC")
