@@ -128,6 +128,9 @@ def bench_pipeline(
 ) -> dict[str, Any]:
     source, sink = f"bench-readings-{time.time_ns()}", f"bench-agg-{time.time_ns()}"
     create_topic(bootstrap, sink, 2)
+    # event time from now on: Kafka's default retention (7 days, on CreateTime) would
+    # delete older readings while they are read
+    start_ms = int(time.time()) // 10 * 10_000
     t0 = time.monotonic()
     generator.run(
         bootstrap,
@@ -135,7 +138,7 @@ def bench_pipeline(
         devices,
         0,
         readings,
-        1_700_000_000_000,
+        start_ms,
         partitions=PARTITIONS,
         with_end_marker=True,
         progress=False,
