@@ -250,3 +250,29 @@ def test_generator_command(spark_gateway) -> None:
         timeout=60,
     )
     assert bad.returncode == 2 and "--devices must be" in bad.stderr
+
+
+def test_documented_commands(spark_gateway, tmp_path) -> None:
+    """The three commands of spark_examples/README.md, as a user runs them (own JVMs)."""
+    gw = spark_gateway
+    source, sink = unique_topic("cmd-readings"), unique_topic("cmd-agg")
+    create_topic(gw.bootstrap, sink, 1)
+    env_cmd = [sys.executable, "-m"]
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run([*env_cmd, *args], cwd=REPO_ROOT, capture_output=True,
+                              text=True, timeout=300)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+        return proc
+
+    run("spark_examples.generator", "--bootstrap", gw.bootstrap, "--topic", source,
+        "--devices", "10", "--rate", "0", "--count", "300", "--event-interval-ms", "1000",
+        "--start-ms", str(START_MS), "--end-marker", "--quiet")
+    live = run("spark_examples.iot_pipeline", "--bootstrap", gw.bootstrap, "--source", source,
+               "--sink", sink, "--out", str(tmp_path / "iot"), "--available-now")
+    stats = json.loads(live.stdout.strip().splitlines()[-1])
+    assert stats["rows"] == 301, live.stdout
+    assert len(consume_all(gw.bootstrap, sink, 30)) == 30  # 10 devices x 3 windows
+    replayed = run("spark_examples.replay", "--bootstrap", gw.bootstrap, "--topic", source,
+                   "--live", str(tmp_path / "iot" / "parquet"), "--out", str(tmp_path / "rp"))
+    assert "batch replay:" in replayed.stdout and "streaming replay:" in replayed.stdout
