@@ -16,7 +16,15 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewPartitions,
+    NewTopic,
+    ResourceType,
+)
 
 from harness.gateway import Gateway
 from spark_examples import session as spark_session
@@ -63,9 +71,21 @@ def admin(bootstrap: str) -> AdminClient:
     return AdminClient({"bootstrap.servers": bootstrap})
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+def create_topic(bootstrap: str, topic: str, partitions: int, **configs: str) -> None:
     client = admin(bootstrap)  # kept alive until the futures are done
-    client.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+    new = NewTopic(topic, partitions, 1, config=configs)
+    client.create_topics([new])[topic].result(30)
+
+
+def set_topic_config(bootstrap: str, topic: str, **configs: str) -> None:
+    """IncrementalAlterConfigs SET of `configs` on `topic`."""
+    client = admin(bootstrap)
+    entries = [
+        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in configs.items()
+    ]
+    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=entries)
+    for fut in client.incremental_alter_configs([resource]).values():
+        fut.result(30)
 
 
 def add_partitions(bootstrap: str, topic: str, total: int) -> None:
@@ -144,16 +164,21 @@ def consume_all(bootstrap: str, topic: str, expected: int, timeout: float = 60.0
         consumer.close()
 
 
-def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+def watermarks(bootstrap: str, topic: str) -> dict[int, tuple[int, int]]:
+    """partition -> (log start, high watermark)"""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "spark-tests-offsets"})
     try:
         meta = consumer.list_topics(topic, timeout=10)
         return {
-            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
             for p in sorted(meta.topics[topic].partitions)
         }
     finally:
         consumer.close()
+
+
+def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    return {p: high for p, (_low, high) in watermarks(bootstrap, topic).items()}
 
 
 def http(gateway: Gateway, path: str, payload: Any = None) -> Any:

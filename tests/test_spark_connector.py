@@ -21,7 +21,12 @@ from spark_fixtures import (
     kafka_options,
     parquet_rows,
     produce,
+    set_topic_config,
+    wait_for,
+    watermarks,
 )
+
+from harness.gateway import Gateway
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -307,6 +312,75 @@ def test_fail_on_data_loss_after_delete_records(
         got = sorted((r.partition, r.offset) for r in rows if r.v.startswith("b"))
         assert got == [(p, o) for p in range(2) for o in range(15, 20)]
     assert end_offsets(spark_gateway.bootstrap, topic) == {0: 20, 1: 20}
+
+
+def _file_sink_run(
+    spark: Any, bootstrap: str, topic: str, out: Path, ckpt: Path, fail_on_data_loss: bool
+) -> Any:
+    """One availableNow run of a Kafka -> Parquet query; its error or None."""
+    query = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("failOnDataLoss", str(fail_on_data_loss).lower())
+        .load()
+        .selectExpr("CAST(value AS STRING) AS v", "partition", "offset")
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(ckpt))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        query.awaitTermination(300)
+    except Exception as exc:  # StreamingQueryException
+        return exc
+    return query.exception()
+
+
+# small chunks, trimmed from tier 1 at once, retention checked every 200 ms
+RETENTION_ARGS = (
+    "--chunk-bytes",
+    "2048",
+    "--chunk-age-ms",
+    "100",
+    "--local-retain-bytes",
+    "0",
+    "--retention-check-interval-ms",
+    "200",
+)
+
+
+@pytest.mark.parametrize("fail_on_data_loss", [True, False])
+def test_fail_on_data_loss_after_retention(spark, tmp_path, fail_on_data_loss: bool) -> None:
+    """retention.ms moves the log start past records a query has not read yet."""
+    gw = Gateway(tmp_path / "data", tmp_path / "server.log", RETENTION_ARGS, metrics=True)
+    gw.start_fresh()
+    try:
+        topic = unique_topic("retention")
+        create_topic(gw.bootstrap, topic, 1)  # retention.ms -1: kept forever
+        day_old = int(time.time() * 1000) - 86_400_000
+        produce(gw.bootstrap, topic, _records(20, 1, "a"), timestamp_ms=day_old)
+        out, ckpt = tmp_path / "out", tmp_path / "ckpt"
+        assert _file_sink_run(spark, gw.bootstrap, topic, out, ckpt, fail_on_data_loss) is None
+        assert len(parquet_rows(spark, out)) == 20
+        produce(gw.bootstrap, topic, _records(20, 1, "b"), timestamp_ms=day_old)
+        # one hour of retention: the day-old slices (all in tier 2) expire, the log start
+        # reaches the end
+        set_topic_config(gw.bootstrap, topic, **{"retention.ms": "3600000"})
+        wait_for(lambda: watermarks(gw.bootstrap, topic)[0] == (40, 40), timeout=90)
+        produce(gw.bootstrap, topic, _records(10, 1, "c"))  # current timestamps: kept
+        error = _file_sink_run(spark, gw.bootstrap, topic, out, ckpt, fail_on_data_loss)
+        rows = parquet_rows(spark, out)
+        if fail_on_data_loss:
+            assert error is not None and "data" in str(error).lower(), error
+            assert len(rows) == 20
+        else:
+            assert error is None, error
+            assert sorted(r.offset for r in rows) == list(range(20)) + list(range(40, 50))
+    finally:
+        gw.close()
 
 
 def test_batch_read_fails_or_not_on_data_loss(spark, spark_gateway) -> None:
