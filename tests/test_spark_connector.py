@@ -452,3 +452,30 @@ def _wait(predicate: Any, timeout: float = 180.0) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError("condition not met")
         time.sleep(0.3)
+
+
+def test_consumer_based_offset_fetching(spark, spark_gateway, tmp_path) -> None:
+    """Spark's older offset reader (`useDeprecatedOffsetFetching`): a driver consumer that
+    subscribes through the group coordinator (JoinGroup/SyncGroup with the Java client)
+    instead of AdminClient."""
+    conf = "spark.sql.streaming.kafka.useDeprecatedOffsetFetching"
+    topic = unique_topic("deprecated-fetching")
+    create_topic(spark_gateway.bootstrap, topic, 2)
+    base = 1_700_000_000_000
+    produce(spark_gateway.bootstrap, topic, _records(20, 2, "x"), timestamp_ms=base)
+    produce(spark_gateway.bootstrap, topic, _records(20, 2, "y"), timestamp_ms=base + 1000)
+    spark.conf.set(conf, "true")
+    try:
+        assert len(_values(_batch(spark, spark_gateway, subscribe=topic))) == 40
+        pattern = _batch(spark, spark_gateway, subscribePattern=topic.replace("-", ".") + "$")
+        assert pattern.count() == 40
+        late = _batch(spark, spark_gateway, subscribe=topic, startingTimestamp=str(base + 1000))
+        assert {v[0] for v in _values(late)} == {"y"}
+        out = tmp_path / "out"
+        error = _file_sink_run(spark, spark_gateway.bootstrap, topic, out, tmp_path / "ckpt", True)
+        assert error is None
+        assert sorted(r.v for r in parquet_rows(spark, out)) == sorted(
+            [f"x{i}" for i in range(20)] + [f"y{i}" for i in range(20)]
+        )
+    finally:
+        spark.conf.unset(conf)
