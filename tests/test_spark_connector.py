@@ -479,3 +479,24 @@ def test_consumer_based_offset_fetching(spark, spark_gateway, tmp_path) -> None:
         )
     finally:
         spark.conf.unset(conf)
+
+
+def test_kafka_sink_partition_column_and_compression(spark, spark_gateway) -> None:
+    """Spark's producer with each compression codec and the optional partition column."""
+    for codec in ("none", "gzip", "snappy", "lz4", "zstd"):
+        topic = unique_topic(f"sink-{codec}")
+        create_topic(spark_gateway.bootstrap, topic, 3)
+        df = spark.range(0, 3000).selectExpr(
+            "CAST(id AS STRING) AS key",
+            "repeat(CAST(id AS STRING), 20) AS value",
+            "CAST(id % 3 AS INT) AS partition",
+        )
+        df.write.format("kafka").options(
+            **kafka_options(spark_gateway, topic=topic, **{"kafka.compression.type": codec})
+        ).save()
+        back = _batch(spark, spark_gateway, subscribe=topic).selectExpr(
+            "CAST(CAST(key AS STRING) AS INT) AS id", "CAST(value AS STRING) AS v", "partition"
+        )
+        rows = back.collect()
+        assert sorted(r.id for r in rows) == list(range(3000)), codec
+        assert all(r.partition == r.id % 3 and r.v == str(r.id) * 20 for r in rows), codec
