@@ -252,27 +252,71 @@ def test_generator_command(spark_gateway) -> None:
     assert bad.returncode == 2 and "--devices must be" in bad.stderr
 
 
-def test_documented_commands(spark_gateway, tmp_path) -> None:
-    """The three commands of spark_examples/README.md, as a user runs them (own JVMs)."""
+def test_documented_commands(spark, spark_gateway, tmp_path, capsys) -> None:
+    """The three commands of spark_examples/README.md: the generator as a process, the two
+    Spark jobs through their `main()` in this process (their `build_session()` gets the
+    shared session instead of starting a JVM each)."""
     gw = spark_gateway
     source, sink = unique_topic("cmd-readings"), unique_topic("cmd-agg")
     create_topic(gw.bootstrap, sink, 1)
-    env_cmd = [sys.executable, "-m"]
-
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run([*env_cmd, *args], cwd=REPO_ROOT, capture_output=True,
-                              text=True, timeout=300)
-        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-        return proc
-
-    run("spark_examples.generator", "--bootstrap", gw.bootstrap, "--topic", source,
-        "--devices", "10", "--rate", "0", "--count", "300", "--event-interval-ms", "1000",
-        "--start-ms", str(START_MS), "--end-marker", "--quiet")
-    live = run("spark_examples.iot_pipeline", "--bootstrap", gw.bootstrap, "--source", source,
-               "--sink", sink, "--out", str(tmp_path / "iot"), "--available-now")
-    stats = json.loads(live.stdout.strip().splitlines()[-1])
-    assert stats["rows"] == 301, live.stdout
+    gen = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "spark_examples.generator",
+            "--bootstrap",
+            gw.bootstrap,
+            "--topic",
+            source,
+            "--devices",
+            "10",
+            "--rate",
+            "0",
+            "--count",
+            "300",
+            "--event-interval-ms",
+            "1000",
+            "--start-ms",
+            str(START_MS),
+            "--end-marker",
+            "--quiet",
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert gen.returncode == 0, gen.stderr
+    capsys.readouterr()
+    code = iot_pipeline.main(
+        [
+            "--bootstrap",
+            gw.bootstrap,
+            "--source",
+            source,
+            "--sink",
+            sink,
+            "--out",
+            str(tmp_path / "iot"),
+            "--available-now",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert json.loads(out.strip().splitlines()[-1])["rows"] == 301, out
     assert len(consume_all(gw.bootstrap, sink, 30)) == 30  # 10 devices x 3 windows
-    replayed = run("spark_examples.replay", "--bootstrap", gw.bootstrap, "--topic", source,
-                   "--live", str(tmp_path / "iot" / "parquet"), "--out", str(tmp_path / "rp"))
-    assert "batch replay:" in replayed.stdout and "streaming replay:" in replayed.stdout
+    code = replay.main(
+        [
+            "--bootstrap",
+            gw.bootstrap,
+            "--topic",
+            source,
+            "--live",
+            str(tmp_path / "iot" / "parquet"),
+            "--out",
+            str(tmp_path / "rp"),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "batch replay:" in out and "streaming replay:" in out
