@@ -7,6 +7,7 @@ Everything skips, saying why, when pyspark, Java or Spark's Kafka connector is m
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 import urllib.request
@@ -29,12 +30,18 @@ from confluent_kafka.admin import (
 from harness.gateway import Gateway
 from spark_examples import session as spark_session
 
-SPARK_REASON = spark_session.unavailable_reason()
+
+@functools.cache
+def spark_unavailable_reason() -> str | None:
+    # lazily, once: only Spark tests pay for the look-up (and a Maven probe, if it comes
+    # to that)
+    return spark_session.unavailable_reason()
 
 
 def skip_without_spark() -> None:
-    if SPARK_REASON:
-        pytest.skip(SPARK_REASON)
+    reason = spark_unavailable_reason()
+    if reason:
+        pytest.skip(reason)
 
 
 @pytest.fixture(scope="session")
