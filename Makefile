@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench clean java-installed
+.PHONY: run test lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,16 +21,10 @@ kcat-installed:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq kcat; }
 
-# Java 17 is a Debian package: Spark (tests/test_spark_*.py) and Kafka's tools need it.
-java-installed:
-	@command -v java >/dev/null || { \
-	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq openjdk-17-jre-headless; }
-
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-test: $(STAMP) kcat-installed java-installed lint
+test: $(STAMP) kcat-installed lint
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)
