@@ -23,6 +23,7 @@ Writes compat/results/spark.json (with the provenance: commit, command, machine)
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shutil
@@ -289,9 +290,10 @@ def main() -> int:
                 try:
                     runs[f"{label}_pipeline"] = timed(
                         f"pipeline on Kafka {overrides or ''}",
-                        lambda b=broker: bench_pipeline(
+                        functools.partial(
+                            bench_pipeline,
                             spark,
-                            b.bootstrap,
+                            broker.bootstrap,
                             work,
                             args.readings,
                             args.devices,
@@ -301,11 +303,11 @@ def main() -> int:
                     if with_replay:
                         produced = timed(
                             "produce history (Kafka)",
-                            lambda b=broker: produce_bytes(b.bootstrap, "history", args.mib),
+                            functools.partial(produce_bytes, broker.bootstrap, "history", args.mib),
                         )
                         read = timed(
                             "replay from Kafka",
-                            lambda b=broker: spark_read(spark, b.bootstrap, "history"),
+                            functools.partial(spark_read, spark, broker.bootstrap, "history"),
                         )
                         runs["kafka_replay"] = {**produced, **read}
                 finally:
