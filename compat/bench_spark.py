@@ -172,6 +172,21 @@ def bench_pipeline(
     }
 
 
+def start_kafka(work: Path, overrides: dict[str, str]) -> harness_kafka.KafkaBroker:
+    """A started broker; a new cluster id when the random one begins with "-" (which
+    kafka-storage.sh takes for an option: about 1 start in 64)."""
+    for attempt in range(5):
+        broker = harness_kafka.KafkaBroker(work / f"try{attempt}", overrides)
+        try:
+            broker.start()
+            return broker
+        except harness_kafka.KafkaError as exc:
+            broker.close()
+            if "--cluster-id" not in str(exc):
+                raise
+    raise RuntimeError("could not format a Kafka log dir")
+
+
 def timed(label: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     print(f"... {label}", flush=True)
     result = fn()
@@ -285,8 +300,7 @@ def main() -> int:
                 ("kafka", {}, True),
                 ("kafka_flush_messages_1", {"flush.messages": "1"}, False),
             ):
-                broker = harness_kafka.KafkaBroker(work / label, overrides)
-                broker.start()
+                broker = start_kafka(work / label, overrides)
                 try:
                     runs[f"{label}_pipeline"] = timed(
                         f"pipeline on Kafka {overrides or ''}",
