@@ -46,10 +46,10 @@ test: $(STAMP) kcat-installed postgresql-installed java-installed mosquitto-inst
 bench: $(STAMP)
 	$(BIN)/python compat/bench_throughput.py
 
-# Java 17 runs Kafka's tools (the compat matrix's Java column) when a Kafka distribution is
-# at ../shared/kafka or KAFKA_HOME; without one the Java tests skip saying so.
+# Java 17 runs Spark (the Spark tests) and Kafka's broker and tools (side-by-side tests, the
+# compat matrix's Java column); without a Kafka distribution those tests skip saying so.
 java-installed:
-	@command -v java >/dev/null || { [ -z "$$KAFKA_HOME" ] && [ ! -d ../shared/kafka ]; } || { \
+	@command -v java >/dev/null || { \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq openjdk-17-jre-headless; }
 

@@ -158,7 +158,9 @@ class KafkaBroker(ManagedProcess):
         self.config_path.write_text(
             "".join(f"{key}={value}\n" for key, value in self.properties().items()))
         # a Kafka cluster id is a UUID in unpadded base64url
-        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cid = "-"
+        while cid.startswith("-"):  # a leading "-" would read as an option to the tool
+            cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         out = subprocess.run(
             [str(self.home / "bin" / "kafka-storage.sh"), "format", "-t", cid, "-c",
              str(self.config_path)],

@@ -27,7 +27,7 @@ from harness.gateway import Gateway, GatewayError
 
 __all__ = ["Gateway", "GatewayError"]
 
-pytest_plugins = ["s3fixtures"]
+pytest_plugins = ["s3fixtures", "spark_fixtures"]
 
 
 

@@ -1,0 +1,1 @@
+"""PySpark jobs that run on streamgate through Spark's own Kafka connector."""
