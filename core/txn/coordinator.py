@@ -310,7 +310,7 @@ class TransactionCoordinator:
             )
         txn.state = COMPLETE_COMMIT if commit else COMPLETE_ABORT
         txn.partitions, txn.offsets = [], []
-        txn.start_ms, txn.update_ms = -1, _now_ms()
+        txn.update_ms = _now_ms()  # start_ms stays: Kafka describes the last one
         await self._save(txn)
         log.debug("transactional id %s: %s", txn.transactional_id, txn.state)
 

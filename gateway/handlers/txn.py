@@ -8,7 +8,6 @@ through `gateway.errors`.
 
 from __future__ import annotations
 
-import datetime
 import logging
 from typing import Any
 
@@ -177,8 +176,8 @@ async def describe_transactions(
                     "error_code": ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
                     "transactional_id": transactional_id,
                     "transaction_state": "",
-                    "transaction_timeout": datetime.timedelta(0),
-                    "transaction_start_time": -1,
+                    "transaction_timeout": 0,
+                    "transaction_start_time": 0,
                     "producer_id": -1,
                     "producer_epoch": -1,
                     "topics": [],
@@ -193,8 +192,9 @@ async def describe_transactions(
                 "error_code": ErrorCode.NONE,
                 "transactional_id": transactional_id,
                 "transaction_state": txn.state,
-                "transaction_timeout": datetime.timedelta(milliseconds=txn.timeout_ms),
-                "transaction_start_time": txn.start_ms,
+                "transaction_timeout": txn.timeout_ms,
+                # Kafka's -1 (never started) does not fit kio's timestamp type: 0 instead.
+                "transaction_start_time": max(txn.start_ms, 0),
                 "producer_id": txn.producer_id,
                 "producer_epoch": txn.epoch,
                 "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
