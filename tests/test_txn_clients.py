@@ -253,3 +253,33 @@ def test_kafka_transactions_tool_lists_and_describes(shared_gateway) -> None:
         ["--bootstrap-server", bootstrap, "describe", "--transactional-id", txn_id],
     )
     assert "CompleteCommit" in described.stdout, described.stdout + described.stderr
+
+
+def test_java_console_consumer_read_committed(shared_gateway) -> None:
+    """The Java consumer (Kafka's tools, and Spark's connector) drops aborted data too."""
+    reason = kafka_harness.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    bootstrap = shared_gateway.bootstrap
+    topic = unique_topic("javatxn")
+    create_topic(bootstrap, topic)
+    committed, aborted = _committed_then_aborted(bootstrap, topic)
+    seen = {}
+    for isolation in ("read_committed", "read_uncommitted"):
+        out = kafka_harness.run_tool(
+            "kafka-console-consumer.sh",
+            [
+                "--bootstrap-server",
+                bootstrap,
+                "--topic",
+                topic,
+                "--from-beginning",
+                "--isolation-level",
+                isolation,
+                "--timeout-ms",
+                "8000",
+            ],
+        )
+        seen[isolation] = sorted(line.encode() for line in out.stdout.splitlines() if line)
+    assert seen["read_committed"] == sorted(committed)
+    assert seen["read_uncommitted"] == sorted(committed + aborted)
