@@ -28,6 +28,9 @@ class PartitionTxns:
     # in marker order, so last offsets are increasing
     aborted: list[AbortedTxn] = field(default_factory=list)
     _aborted_lasts: list[int] = field(default_factory=list)
+    # producer id -> (first offset, marker offset) of its last closed transaction: a
+    # marker whose write fails is rolled back, and the transaction is open again
+    _closed: dict[int, tuple[int, int]] = field(default_factory=dict)
 
     def on_data(self, producer_id: int, base_offset: int) -> None:
         self.ongoing.setdefault(producer_id, base_offset)
@@ -35,6 +38,8 @@ class PartitionTxns:
     def on_marker(self, producer_id: int, offset: int, commit: bool) -> AbortedTxn | None:
         """A marker at `offset` ends the producer's transaction; the aborted range if any."""
         first = self.ongoing.pop(producer_id, None)
+        if first is not None:
+            self._closed[producer_id] = (first, offset)
         if commit or first is None:
             return None
         return self.add_aborted(AbortedTxn(producer_id, first, offset))
@@ -59,6 +64,11 @@ class PartitionTxns:
     def truncate_to(self, offset: int) -> None:
         """Forget what starts at or after `offset` (a failed write was rolled back)."""
         self.ongoing = {pid: first for pid, first in self.ongoing.items() if first < offset}
+        for pid, (first, marker) in list(self._closed.items()):
+            if marker >= offset:
+                del self._closed[pid]
+                if first < offset:
+                    self.ongoing[pid] = first
         keep = bisect.bisect_left(self._aborted_lasts, offset)
         del self.aborted[keep:]
         del self._aborted_lasts[keep:]
