@@ -19,8 +19,14 @@ from harness import kafka as kafka_harness
 SOURCE = Path(__file__).with_name("java") / "TxnLoop.java"
 
 
-def _java_source_launcher() -> tuple[list[str], str]:
-    """(java command with the Kafka client jars, "") or ([], why it cannot run)."""
+SPARK_CLIENT = Path(__file__).resolve().parents[2] / "shared" / "spark-connector"
+SPARK_CLIENT_JAR = SPARK_CLIENT / "kafka-clients-3.9.1.jar"
+
+
+def _java_source_launcher(client: str) -> tuple[list[str], str]:
+    """(java command with the Kafka client jars, "") or ([], why it cannot run). `client`
+    3.5.1 is Kafka's own; 3.9.1 is Spark 4.0's (first on the class path, so its classes
+    win over 3.5.1's; Kafka's libs give the rest: slf4j, compression codecs)."""
     reason = kafka_harness.unavailable_reason()
     if reason:
         return [], reason
@@ -29,11 +35,17 @@ def _java_source_launcher() -> tuple[list[str], str]:
     assert java_home is not None and kafka_home is not None
     if not (java_home / "bin" / "javac").is_file() and not shutil.which("javac"):
         return [], "source-file mode needs a JDK: apt-get install -y openjdk-17-jdk-headless"
-    return [str(java_home / "bin" / "java"), "-cp", str(kafka_home / "libs" / "*")], ""
+    classpath = str(kafka_home / "libs" / "*")
+    if client == "3.9.1":
+        if not SPARK_CLIENT_JAR.is_file():
+            return [], f"{SPARK_CLIENT_JAR} is not there"
+        classpath = f"{SPARK_CLIENT_JAR}:{classpath}"
+    return [str(java_home / "bin" / "java"), "-cp", classpath], ""
 
 
-def test_java_transactional_consume_transform_produce(shared_gateway) -> None:
-    java, reason = _java_source_launcher()
+@pytest.mark.parametrize("client", ["3.5.1", "3.9.1"])
+def test_java_transactional_consume_transform_produce(shared_gateway, client: str) -> None:
+    java, reason = _java_source_launcher(client)
     if reason:
         pytest.skip(reason)
     bootstrap = shared_gateway.bootstrap
@@ -53,6 +65,7 @@ def test_java_transactional_consume_transform_produce(shared_gateway) -> None:
         env=kafka_harness.tool_env(),
     )
     assert run.returncode == 0 and f"done {count}" in run.stdout, run.stdout + run.stderr[-3000:]
+    assert f"client {client}" in run.stdout
     out = confluent_values(bootstrap, sink, "read_committed", count)
     assert Counter(out) == Counter(b"out-in-%d" % i for i in range(count))
     java_out = kafka_harness.run_tool(

@@ -64,6 +64,7 @@ public class TxnLoop {
                 producer.commitTransaction();
                 done += polled.count();
             }
+            System.out.println("client " + org.apache.kafka.common.utils.AppInfoParser.getVersion());
             System.out.println("done " + done);
         }
     }
