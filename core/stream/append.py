@@ -101,7 +101,11 @@ def start_append(
             why = "control batches are written by the coordinator only"
             return AppendResult(ErrorCode.INVALID_RECORD, message=why)
         if not marker and header.is_transactional != transactional:
-            why = "transactional batches need a transactional id in the request, and back"
+            why = (
+                "a transactional batch needs a transactional id in the request"
+                if header.is_transactional
+                else "a request with a transactional id needs transactional batches"
+            )
             return AppendResult(ErrorCode.INVALID_RECORD, message=why)
     segment_id = stream.ownership.owner_of(index)
     segment = stream.segments[segment_id]
