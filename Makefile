@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench compat clean kcat-installed postgresql-installed java-installed mosquitto-installed
+.PHONY: run test lint bench compat clean kcat-installed postgresql-installed java-installed javac-installed mosquitto-installed
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,12 +35,19 @@ mosquitto-installed:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq mosquitto; }
 
+# The JDK's compiler, for tests/test_txn_java.py (the Java transactional producer, run in
+# source-file mode against ../shared/kafka's client jars).
+javac-installed: java-installed
+	@[ ! -d ../shared/kafka ] || command -v javac >/dev/null || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq openjdk-17-jdk-headless; }
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-test: $(STAMP) kcat-installed postgresql-installed java-installed mosquitto-installed lint
+test: $(STAMP) kcat-installed postgresql-installed java-installed javac-installed mosquitto-installed lint
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)

@@ -13,6 +13,7 @@ from admin.http import AdminServer
 from core.groups import GroupCoordinator, GroupSettings
 from core.store import StoreSettings, StreamStore
 from core.tiering import TierSettings
+from core.txn import TransactionCoordinator
 from gateway.handlers.context import GatewayContext
 from gateway.server import Gateway, ServerSettings
 
@@ -62,6 +63,8 @@ async def serve(settings: Settings) -> None:
         )
         store.on_topic_deleted.append(groups.on_topic_deleted)
         await root.start(groups.run)
+        txns = TransactionCoordinator(store, store.metadata, store.worker, groups.offsets.commit)
+        await root.start(txns.run)
         try:
             with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                 async with trio.open_nursery() as server_nursery:
@@ -76,7 +79,7 @@ async def serve(settings: Settings) -> None:
                             admin[0].socket.getsockname()[1],
                         )
                     listeners = await server_nursery.start(
-                        _serve_tcp, settings, store, groups, server_nursery
+                        _serve_tcp, settings, store, groups, server_nursery, txns
                     )
                     port = listeners[0].socket.getsockname()[1]
                     log.info(
@@ -90,6 +93,7 @@ async def serve(settings: Settings) -> None:
                         server_nursery.cancel_scope.cancel()
                         break
         finally:
+            txns.stop()
             groups.stop()
             store.stop()  # flushers drain what is queued, then the store closes
 
@@ -99,6 +103,7 @@ async def _serve_tcp(
     store: StreamStore,
     groups: GroupCoordinator,
     nursery: trio.Nursery,
+    transactions: TransactionCoordinator | None,
     task_status: trio.TaskStatus[list[trio.SocketListener]],
 ) -> None:
     listeners = await trio.open_tcp_listeners(settings.listen_port, host=settings.listen_host)
@@ -111,6 +116,7 @@ async def _serve_tcp(
         max_message_bytes=settings.max_message_bytes,
         max_request_bytes=settings.max_request_bytes,
         listener=f"{settings.listen_host}:{port}",
+        transactions=transactions,
     )
     server_settings = ServerSettings(
         max_request_bytes=settings.max_request_bytes,

@@ -20,7 +20,7 @@ from typing import Protocol
 import trio
 
 from .errors import ErrorCode
-from .metadata import SegmentRecord
+from .metadata import CommittedOffset, SegmentRecord, TxnRecord
 
 ZERO_UUID = uuid.UUID(int=0)  # Kafka's "no topic id"
 
@@ -70,6 +70,9 @@ class ReadResult:
     high_watermark: int = -1
     log_start_offset: int = -1
     batches: list[bytes] | None = None
+    last_stable_offset: int = -1
+    # read_committed: (producer id, first offset) of aborted transactions in the range read
+    aborted: list[tuple[int, int]] | None = None
 
 
 @dataclass(slots=True)
@@ -101,6 +104,11 @@ class PartitionView(Protocol):
     @property
     def local_start_offset(self) -> int:
         """The first offset still in tier 1 (ListOffsets v8's earliest-local)."""
+        ...
+
+    @property
+    def last_stable_offset(self) -> int:
+        """First offset of the oldest open transaction, else the high watermark."""
         ...
 
     def size_bytes(self) -> int:
@@ -135,14 +143,24 @@ class Topic(Protocol):
     def partition(self, index: int) -> PartitionView: ...
 
     def start_append(
-        self, index: int, records: bytes | memoryview | None, acks: int
+        self,
+        index: int,
+        records: bytes | memoryview | None,
+        acks: int,
+        transactional: bool = False,
     ) -> AppendResult | PendingAppend:
         """Validate and queue synchronously (so request order is append order); the final
-        result (an error, or acks=0) or a PendingAppend to await."""
+        result (an error, or acks=0) or a PendingAppend to await. `transactional`: the
+        request has a transactional id the transaction coordinator accepted."""
         ...
 
     async def read(
-        self, index: int, offset: int, max_bytes: int, first_may_exceed: bool = True
+        self,
+        index: int,
+        offset: int,
+        max_bytes: int,
+        first_may_exceed: bool = True,
+        read_committed: bool = False,
     ) -> ReadResult: ...
 
     async def offset_for_timestamp(self, index: int, timestamp: int) -> tuple[int, int]:
@@ -206,6 +224,47 @@ class Store(Protocol):
         ...
 
     def allocate_producer_id(self) -> Awaitable[int]: ...
+
+
+class Transactions(Protocol):
+    """The transaction coordinator (core/txn). Methods answer Kafka error codes; those
+    that commit raise StoreError when the metadata store fails."""
+
+    def describe(self, transactional_id: str) -> TxnRecord | None: ...
+
+    def list_transactions(self) -> list[TxnRecord]: ...
+
+    def has_pending_offsets(self, group_id: str, topic: str, partition: int) -> bool:
+        """An open transaction holds a TxnOffsetCommit for this group's partition."""
+        ...
+
+    async def init_producer_id(
+        self, transactional_id: str, timeout_ms: int, producer_id: int = -1, epoch: int = -1
+    ) -> tuple[int, int, int]:
+        """(error, producer id, epoch)."""
+        ...
+
+    async def add_partitions(
+        self, transactional_id: str, producer_id: int, epoch: int, partitions: list[tuple[str, int]]
+    ) -> dict[tuple[str, int], int]: ...
+
+    async def add_offsets(
+        self, transactional_id: str, producer_id: int, epoch: int, group_id: str
+    ) -> int: ...
+
+    async def txn_offset_commit(
+        self, transactional_id: str, producer_id: int, epoch: int, offsets: list[CommittedOffset]
+    ) -> int: ...
+
+    async def end_txn(
+        self, transactional_id: str, producer_id: int, epoch: int, commit: bool
+    ) -> int: ...
+
+    def check_produce(
+        self, transactional_id: str, topic: str, partition: int, records: bytes | memoryview | None
+    ) -> int:
+        """Error code for a transactional Produce to this partition (NONE: go on)."""
+        ...
 
 
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")

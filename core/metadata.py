@@ -99,6 +99,23 @@ class CommittedOffset:
     commit_ms: int = 0
 
 
+@dataclass(slots=True)
+class TxnRecord:
+    """A transactional id's coordinator state (core/txn), one row per id."""
+
+    transactional_id: str
+    producer_id: int
+    epoch: int
+    state: str  # Empty, Ongoing, PrepareCommit, PrepareAbort, CompleteCommit, CompleteAbort
+    timeout_ms: int
+    start_ms: int = -1  # when the current transaction began
+    update_ms: int = 0
+    partitions: list[tuple[str, int]] = field(default_factory=list)
+    # TxnOffsetCommit offsets pending until the commit: (group, topic, partition, offset,
+    # leader epoch, metadata)
+    offsets: list[tuple[str, str, int, int, int, str | None]] = field(default_factory=list)
+
+
 class MetadataStore(Protocol):
     def load_topics(self) -> list[TopicRecord]: ...
     def create_topic(self, topic: TopicRecord) -> None: ...
@@ -120,6 +137,7 @@ class MetadataStore(Protocol):
     def load_log_starts(self, name: str) -> dict[int, int]: ...
     def set_log_starts(self, name: str, log_starts: dict[int, int]) -> None: ...
     def load_offsets(self) -> list[CommittedOffset]: ...
+    def load_aborted_txns(self, name: str) -> list[tuple[int, int, int, int]]: ...
     def commit_offsets(self, offsets: list[CommittedOffset]) -> None: ...
     def delete_offsets(
         self, group_id: str, partitions: list[tuple[str, int]] | None = None
@@ -187,6 +205,25 @@ CREATE TABLE IF NOT EXISTS producer_states (
     epoch INTEGER NOT NULL,
     batches TEXT NOT NULL,
     PRIMARY KEY (topic, partition, producer_id)
+);
+CREATE TABLE IF NOT EXISTS transactions (
+    transactional_id TEXT PRIMARY KEY,
+    producer_id INTEGER NOT NULL,
+    epoch INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    timeout_ms INTEGER NOT NULL,
+    start_ms INTEGER NOT NULL,
+    update_ms INTEGER NOT NULL,
+    partitions TEXT NOT NULL,
+    offsets TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS aborted_txns (
+    topic TEXT NOT NULL REFERENCES topics(name) ON DELETE CASCADE,
+    partition INTEGER NOT NULL,
+    producer_id INTEGER NOT NULL,
+    first_offset INTEGER NOT NULL,
+    last_offset INTEGER NOT NULL,
+    PRIMARY KEY (topic, partition, last_offset)
 );
 CREATE TABLE IF NOT EXISTS log_starts (
     topic TEXT NOT NULL REFERENCES topics(name) ON DELETE CASCADE,
@@ -465,6 +502,56 @@ class SQLiteMetadataStore:
                     "WHERE group_id = ? AND topic = ? AND partition = ?",
                     [(group_id, topic, partition) for topic, partition in partitions],
                 )
+
+    # --- transactions (core/txn) ----------------------------------------------------------
+
+    def load_transactions(self) -> list[TxnRecord]:
+        rows = self._db.execute(
+            "SELECT transactional_id, producer_id, epoch, state, timeout_ms, start_ms, "
+            "update_ms, partitions, offsets FROM transactions"
+        )
+        return [
+            TxnRecord(
+                *row[:7],
+                partitions=[(t, p) for t, p in json.loads(row[7])],
+                offsets=[tuple(o) for o in json.loads(row[8])],  # type: ignore[misc]
+            )
+            for row in rows
+        ]
+
+    def save_transaction(self, txn: TxnRecord) -> None:
+        with self._transaction() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO transactions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    txn.transactional_id,
+                    txn.producer_id,
+                    txn.epoch,
+                    txn.state,
+                    txn.timeout_ms,
+                    txn.start_ms,
+                    txn.update_ms,
+                    json.dumps(txn.partitions),
+                    json.dumps(txn.offsets),
+                ),
+            )
+
+    def load_aborted_txns(self, name: str) -> list[tuple[int, int, int, int]]:
+        """(partition, producer id, first offset, last offset) of the topic's aborts."""
+        return list(
+            self._db.execute(
+                "SELECT partition, producer_id, first_offset, last_offset FROM aborted_txns "
+                "WHERE topic = ? ORDER BY last_offset",
+                (name,),
+            )
+        )
+
+    def add_aborted_txns(self, name: str, rows: list[tuple[int, int, int, int]]) -> None:
+        with self._transaction() as db:
+            db.executemany(
+                "INSERT OR IGNORE INTO aborted_txns VALUES (?, ?, ?, ?, ?)",
+                [(name, *row) for row in rows],
+            )
 
     def _transaction(self) -> _Transaction:
         return _Transaction(self._db, self._lock)

@@ -16,6 +16,7 @@ import trio
 
 from .errors import ErrorCode
 from .metadata import ChunkSlice
+from .partition_txns import AbortedTxn, PartitionTxns
 from .recordbatch import BatchHeader
 
 INT32_MAX = 2**31 - 1
@@ -81,6 +82,7 @@ class Partition:
         self._slices: list[ChunkSlice] | None = None
         self._slice_last_offsets: array | None = None
         self._producers: dict[int, ProducerState] | None = None
+        self.txns: PartitionTxns | None = None  # created by the first transactional batch
         # Appended since this process started (the scaler balances splits with them).
         self.bytes_in = 0
         self.records_in = 0
@@ -116,12 +118,21 @@ class Partition:
         position: int,
         size: int,
         replay: bool = False,
-    ) -> None:
+        control: int | None = None,
+    ) -> AbortedTxn | None:
         """Index a stored batch and remember its producer's sequence (the one path for
-        appends and for replaying a log on start)."""
+        appends and for replaying a log on start). `control` is a marker's type
+        (recordbatch.CONTROL_COMMIT / CONTROL_ABORT); returns the range a marker aborted."""
         self.add_batch(
             base_offset, header.record_count, header.max_timestamp, segment_id, position, size
         )
+        if header.is_transactional:
+            if self.txns is None:
+                self.txns = PartitionTxns()
+            if header.is_control:
+                self._fence_epoch(header.producer_id, header.producer_epoch)
+                return self.txns.on_marker(header.producer_id, base_offset, control == 1)
+            self.txns.on_data(header.producer_id, base_offset)
         if header.producer_id >= 0:
             self.record_sequence(
                 header.producer_id,
@@ -131,6 +142,29 @@ class Partition:
                 base_offset,
                 replay=replay,
             )
+        return None
+
+    def _fence_epoch(self, producer_id: int, epoch: int) -> None:
+        """A marker written with a newer epoch fences the producer's older epochs here."""
+        if self._producers is None:
+            self._producers = {}
+        state = self._producers.get(producer_id)
+        if state is None or epoch > state.epoch:
+            self._producers[producer_id] = ProducerState(epoch)
+
+    @property
+    def last_stable_offset(self) -> int:
+        """First offset of the oldest open transaction, else the high watermark."""
+        first = self.txns.first_unstable() if self.txns is not None else None
+        return self.high_watermark if first is None else min(first, self.high_watermark)
+
+    def restore_aborted(self, producer_id: int, first_offset: int, last_offset: int) -> None:
+        if self.txns is None:
+            self.txns = PartitionTxns()
+        self.txns.add_aborted(AbortedTxn(producer_id, first_offset, last_offset))
+
+    def aborted_between(self, start: int, end: int) -> list[tuple[int, int]]:
+        return self.txns.aborted_between(start, end) if self.txns is not None else []
 
     def _index_columns(self) -> tuple[array, ...]:
         return (
@@ -153,6 +187,8 @@ class Partition:
         if self._producers:
             for state in self._producers.values():
                 state.batches = [b for b in state.batches if b.base_offset < offset]
+        if self.txns is not None:
+            self.txns.truncate_to(offset)
 
     @property
     def local_start_offset(self) -> int:
@@ -232,18 +268,20 @@ class Partition:
         del self._slice_last_offsets[:keep]
 
     def locate(
-        self, offset: int, max_bytes: int, first_may_exceed: bool = True
+        self, offset: int, max_bytes: int, first_may_exceed: bool = True, limit: int | None = None
     ) -> list[BatchLocation]:
         """Batches from the one holding `offset`, up to the high watermark and `max_bytes`.
 
         With `first_may_exceed` the first batch is returned whole even if larger than
         max_bytes, so a consumer always makes progress (Kafka does this for the first
-        non-empty partition of a fetch).
+        non-empty partition of a fetch). `limit` (the LSO for read_committed) replaces the
+        high watermark as the end.
         """
+        end = self.high_watermark if limit is None else limit
         i = bisect.bisect_left(self._last_offsets, offset)
         found: list[BatchLocation] = []
         total = 0
-        while i < len(self._base_offsets) and self._last_offsets[i] < self.high_watermark:
+        while i < len(self._base_offsets) and self._last_offsets[i] < end:
             size = self._sizes[i]
             if total + size > max_bytes and (found or not first_may_exceed):
                 break

@@ -493,6 +493,7 @@ def build_batch(
     timestamps: Sequence[int] | None = None,
     timestamp_type: int = TIMESTAMP_CREATE_TIME,
     is_transactional: bool = False,
+    is_control: bool = False,
 ) -> bytes:
     """Encode (key, value, headers) tuples as one v2 batch with a valid CRC.
 
@@ -532,6 +533,8 @@ def build_batch(
         attributes |= _TIMESTAMP_TYPE_BIT
     if is_transactional:
         attributes |= _TRANSACTIONAL_BIT
+    if is_control:
+        attributes |= _CONTROL_BIT
 
     buf = bytearray(BATCH_HEADER_SIZE + len(payload))
     _HEADER.pack_into(
@@ -554,3 +557,39 @@ def build_batch(
     buf[BATCH_HEADER_SIZE:] = payload
     _U32.pack_into(buf, _CRC_OFFSET, crc32c.crc32c(memoryview(buf)[_ATTRIBUTES_OFFSET:]))
     return bytes(buf)
+
+
+# --- transaction markers (control batches) ------------------------------------------------
+
+CONTROL_ABORT, CONTROL_COMMIT = 0, 1
+_CONTROL_KEY = struct.Struct(">hh")  # version 0, type
+_CONTROL_VALUE = struct.Struct(">hi")  # version 0, coordinator epoch
+
+
+def build_control_batch(
+    producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int = 0
+) -> bytes:
+    """A transaction marker: one control record (commit or abort) in a batch with the
+    control and transactional attribute bits, as Kafka writes into every partition the
+    transaction touched."""
+    key = _CONTROL_KEY.pack(0, CONTROL_COMMIT if commit else CONTROL_ABORT)
+    value = _CONTROL_VALUE.pack(0, coordinator_epoch)
+    return build_batch(
+        [(key, value, ())],
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        is_transactional=True,
+        is_control=True,
+    )
+
+
+def control_type(batch: BytesLike) -> int | None:
+    """CONTROL_COMMIT / CONTROL_ABORT of a control batch (None if it is not a marker)."""
+    header = read_batch_header(batch)
+    if not header.is_control:
+        return None
+    records = decode_records(memoryview(batch))
+    if not records or records[0].key is None or len(records[0].key) < _CONTROL_KEY.size:
+        return None
+    _version, kind = _CONTROL_KEY.unpack_from(records[0].key)
+    return kind if kind in (CONTROL_ABORT, CONTROL_COMMIT) else None

@@ -27,6 +27,7 @@ from gateway.handlers import (
     offsets,
     records,
     replicas,
+    txn,
 )
 from gateway.handlers.context import CLIENT_HOST, GatewayContext
 from gateway.protocol.apis import SUPPORTED_APIS, ApiKey
@@ -77,6 +78,12 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.DESCRIBE_ACLS: acls.describe_acls,
     ApiKey.CREATE_ACLS: acls.create_acls,
     ApiKey.DELETE_ACLS: acls.delete_acls,
+    ApiKey.ADD_PARTITIONS_TO_TXN: txn.add_partitions_to_txn,
+    ApiKey.ADD_OFFSETS_TO_TXN: txn.add_offsets_to_txn,
+    ApiKey.END_TXN: txn.end_txn,
+    ApiKey.TXN_OFFSET_COMMIT: txn.txn_offset_commit,
+    ApiKey.DESCRIBE_TRANSACTIONS: txn.describe_transactions,
+    ApiKey.LIST_TRANSACTIONS: txn.list_transactions,
 }
 assert set(HANDLERS) == set(SUPPORTED_APIS), "every advertised API needs a handler"
 

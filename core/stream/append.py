@@ -11,7 +11,7 @@ import trio
 from ..api import AppendResult
 from ..errors import ErrorCode
 from ..partition import Partition
-from ..recordbatch import RecordBatchError, patch_base_offset, split_batches
+from ..recordbatch import RecordBatchError, control_type, patch_base_offset, split_batches
 from ..segments.log import PendingAppend as LogAppend
 
 if TYPE_CHECKING:
@@ -66,16 +66,25 @@ class PendingProduce:
 
 
 def start_append(
-    stream: Stream, index: int, records: bytes | memoryview | None, acks: int
+    stream: Stream,
+    index: int,
+    records: bytes | memoryview | None,
+    acks: int,
+    transactional: bool = False,
+    marker: bool = False,
 ) -> AppendResult | PendingProduce:
     """Validate a Produce request's records and queue them on the partition's segment.
 
     Synchronous, so callers that run it in request order get appends in request order.
     Returns the final result (an error, or acks=0), or a PendingProduce to await.
+    `transactional`: the request carried a transactional id (checked by the transaction
+    coordinator), so its batches must have the transactional bit; `marker`: a transaction
+    marker written by the coordinator (control batches come from nowhere else).
     """
     if stream.deleted or not stream.has_partition(index):
         return AppendResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-    if stream.usage.full:  # tier 2 is behind (or down): retriable, nothing is written
+    # Tier 2 is behind (or down): retriable, nothing is written (a marker still goes in).
+    if stream.usage.full and not marker:
         return AppendResult(
             ErrorCode.KAFKA_STORAGE_ERROR,
             message="local log budget is full until tier 2 catches up; retry",
@@ -88,8 +97,16 @@ def start_append(
         return AppendResult(ErrorCode.CORRUPT_MESSAGE, message="no record batch")
     partition = stream.partition(index)
     for header, _ in batches:
-        if header.is_transactional or header.is_control:
-            return AppendResult(ErrorCode.INVALID_RECORD, message="transactions are not supported")
+        if header.is_control != marker:
+            why = "control batches are written by the coordinator only"
+            return AppendResult(ErrorCode.INVALID_RECORD, message=why)
+        if not marker and header.is_transactional != transactional:
+            why = (
+                "a transactional batch needs a transactional id in the request"
+                if header.is_transactional
+                else "a request with a transactional id needs transactional batches"
+            )
+            return AppendResult(ErrorCode.INVALID_RECORD, message=why)
     segment_id = stream.ownership.owner_of(index)
     segment = stream.segments[segment_id]
     stats = stream.stats[segment_id]
@@ -97,7 +114,7 @@ def start_append(
     ticket: Ticket | None = None
     wait_for_offset = 0
     for header, view in batches:
-        if header.producer_id >= 0:
+        if header.producer_id >= 0 and not marker:
             check = partition.check_sequence(
                 header.producer_id,
                 header.producer_epoch,
@@ -118,7 +135,14 @@ def start_append(
         end = base_offset + header.record_count
         token = AppendToken(partition, base_offset, end, ticket)
         pending = segment.append(index, batch, token)
-        partition.index_batch(header, base_offset, segment_id, pending.position, len(batch))
+        partition.index_batch(
+            header,
+            base_offset,
+            segment_id,
+            pending.position,
+            len(batch),
+            control=control_type(batch) if marker else None,
+        )
         stats.bytes_in += len(batch)
         stats.records_in += header.record_count
         partition.bytes_in += len(batch)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import TYPE_CHECKING
 
@@ -9,6 +10,7 @@ from ..api import ReadResult, StoreUnavailable
 from ..errors import ErrorCode
 from ..metadata import ChunkSlice
 from ..partition import Partition
+from ..recordbatch import batch_last_offset
 from ..segments.chunks import iter_batches
 from ..segments.log import LogTrimmed, read_many
 
@@ -21,35 +23,62 @@ READ_AHEAD_SLICES = 2  # per partition, after the slice a Fetch needed
 
 
 async def read(
-    stream: Stream, index: int, offset: int, max_bytes: int, first_may_exceed: bool = True
+    stream: Stream,
+    index: int,
+    offset: int,
+    max_bytes: int,
+    first_may_exceed: bool = True,
+    read_committed: bool = False,
 ) -> ReadResult:
-    """Whole batches from `offset`, from tier 1 or (for older offsets) a tier-2 chunk."""
+    """Whole batches from `offset`, from tier 1 or (for older offsets) a tier-2 chunk.
+
+    `read_committed` stops at the last stable offset and lists the aborted transactions
+    overlapping what was read."""
     if stream.deleted or not stream.has_partition(index):
         return ReadResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     partition = stream.partition(index)
     hw, start = partition.high_watermark, partition.log_start_offset
+    lso = partition.last_stable_offset
     if offset < start or offset > hw:
-        return ReadResult(ErrorCode.OFFSET_OUT_OF_RANGE, hw, start)
+        return ReadResult(ErrorCode.OFFSET_OUT_OF_RANGE, hw, start, last_stable_offset=lso)
+    limit = lso if read_committed else hw
+    result = ReadResult(ErrorCode.NONE, hw, start, last_stable_offset=lso)
+    batches: list[bytes] | None = None
     if offset >= partition.local_start_offset:
+        with contextlib.suppress(LogTrimmed):  # trimmed while indexed: the chunk has it
+            batches = await _read_local(
+                stream, partition, offset, max_bytes, first_may_exceed, limit
+            )
+    if batches is None:
         try:
-            batches = await _read_local(stream, partition, offset, max_bytes, first_may_exceed)
-            return ReadResult(ErrorCode.NONE, hw, start, batches)
-        except LogTrimmed:
-            pass  # trimmed while indexed: the chunk has it
-    try:
-        batches = await _read_tier2(stream, partition, offset, max_bytes, first_may_exceed)
-    except StoreUnavailable as exc:
-        log.warning(
-            "topic %s partition %d: tier-2 read at %d failed: %s", stream.name, index, offset, exc
-        )
-        return ReadResult(ErrorCode.KAFKA_STORAGE_ERROR, hw, start)
-    return ReadResult(ErrorCode.NONE, hw, start, batches)
+            batches = await _read_tier2(
+                stream, partition, offset, max_bytes, first_may_exceed, limit
+            )
+        except StoreUnavailable as exc:
+            log.warning(
+                "topic %s partition %d: tier-2 read at %d failed: %s",
+                stream.name,
+                index,
+                offset,
+                exc,
+            )
+            return ReadResult(ErrorCode.KAFKA_STORAGE_ERROR, hw, start)
+    result.batches = batches
+    if read_committed and batches:
+        end = batch_last_offset(batches[-1]) + 1
+        result.aborted = partition.aborted_between(offset, end)
+    return result
 
 
 async def _read_local(
-    stream: Stream, partition: Partition, offset: int, max_bytes: int, first_may_exceed: bool
+    stream: Stream,
+    partition: Partition,
+    offset: int,
+    max_bytes: int,
+    first_may_exceed: bool,
+    limit: int,
 ) -> list[bytes]:
-    locations = partition.locate(offset, max_bytes, first_may_exceed)
+    locations = partition.locate(offset, max_bytes, first_may_exceed, limit)
     batches = await read_many(
         [(stream.segments[loc.segment_id], loc.position, loc.size) for loc in locations]
     )
@@ -59,7 +88,12 @@ async def _read_local(
 
 
 async def _read_tier2(
-    stream: Stream, partition: Partition, offset: int, max_bytes: int, first_may_exceed: bool
+    stream: Stream,
+    partition: Partition,
+    offset: int,
+    max_bytes: int,
+    first_may_exceed: bool,
+    limit: int,
 ) -> list[bytes]:
     """Batches from the tier-2 slice holding `offset` (one ranged GET, then the cache)."""
     location = partition.slice_for(offset)
@@ -80,7 +114,7 @@ async def _read_tier2(
     for info in iter_batches(view):
         if info.last_offset < offset:
             continue
-        if info.last_offset >= partition.high_watermark:
+        if info.last_offset >= limit:
             break
         if total + info.size > max_bytes and (batches or not first_may_exceed):
             break

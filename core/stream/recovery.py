@@ -7,7 +7,7 @@ import os
 import time
 from typing import TYPE_CHECKING
 
-from ..recordbatch import read_batch_header
+from ..recordbatch import control_type, read_batch_header
 from ..segments.log import SegmentLog, log_file_name, parse_log_file_name
 from .stats import SegmentStats
 
@@ -68,6 +68,10 @@ def open_segments(stream: Stream) -> list[SegmentLog]:
             stream.partition(saved.partition).restore_producer(
                 saved.producer_id, saved.epoch, saved.batches
             )
+        for partition_index, producer_id, first, last in stream.metadata.load_aborted_txns(
+            stream.name
+        ):  # aborted transactions whose data may be in tier 2 only
+            stream.partition(partition_index).restore_aborted(producer_id, first, last)
     now = time.monotonic()
     for seg in sorted(stream.record.segments, key=lambda s: s.segment_id):
         segment = stream.new_log(
@@ -107,5 +111,11 @@ def _replay(stream: Stream, segment_id: int, segment: SegmentLog) -> None:
             if header.base_offset < partition.next_offset:
                 continue  # already indexed: never index an offset twice
         partition.index_batch(
-            header, header.base_offset, segment_id, entry.position, len(entry.batch), replay=True
+            header,
+            header.base_offset,
+            segment_id,
+            entry.position,
+            len(entry.batch),
+            replay=True,
+            control=control_type(entry.batch) if header.is_control else None,
         )

@@ -154,14 +154,27 @@ class Stream:
         return await started.wait()
 
     def start_append(
-        self, index: int, records: bytes | memoryview | None, acks: int
+        self,
+        index: int,
+        records: bytes | memoryview | None,
+        acks: int,
+        transactional: bool = False,
     ) -> AppendResult | PendingAppend:
-        return append.start_append(self, index, records, acks)
+        return append.start_append(self, index, records, acks, transactional)
+
+    def start_marker(self, index: int, marker: bytes) -> AppendResult | PendingAppend:
+        """Queue a transaction marker (a control batch) like any append."""
+        return append.start_append(self, index, marker, -1, marker=True)
 
     async def read(
-        self, index: int, offset: int, max_bytes: int, first_may_exceed: bool = True
+        self,
+        index: int,
+        offset: int,
+        max_bytes: int,
+        first_may_exceed: bool = True,
+        read_committed: bool = False,
     ) -> ReadResult:
-        return await reads.read(self, index, offset, max_bytes, first_may_exceed)
+        return await reads.read(self, index, offset, max_bytes, first_may_exceed, read_committed)
 
     async def offset_for_timestamp(self, index: int, timestamp: int) -> tuple[int, int]:
         return await timestamps.offset_for_timestamp(self, index, timestamp)

@@ -12,6 +12,7 @@ from gateway.protocol.apis import SUPPORTED_APIS
 from gateway.protocol.codec import RequestHeader
 from gateway.protocol.metadata_response import TopicMetadata, encode_metadata_response
 
+from . import txn
 from .assignments import check_create_assignments
 from .cluster import cluster_authorized_operations
 from .configs import topic_config_entries
@@ -163,11 +164,7 @@ async def delete_topics(ctx: GatewayContext, header: RequestHeader, body: Any) -
 
 async def init_producer_id(ctx: GatewayContext, header: RequestHeader, body: Any) -> dict[str, Any]:
     if body.transactional_id is not None:
-        log.info(
-            "InitProducerId with transactional id %r refused: no transactions",
-            body.transactional_id,
-        )
-        return {"error_code": ErrorCode.INVALID_REQUEST, "producer_id": -1, "producer_epoch": -1}
+        return await txn.init_transactional_producer(ctx, body)
     producer_id = getattr(body, "producer_id", -1)
     epoch = getattr(body, "producer_epoch", -1)
     if producer_id >= 0 and 0 <= epoch < _MAX_PRODUCER_EPOCH:

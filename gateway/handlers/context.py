@@ -6,7 +6,7 @@ import uuid
 from contextvars import ContextVar
 from dataclasses import dataclass
 
-from core.api import Store
+from core.api import Store, Transactions
 from core.groups import GroupCoordinator
 
 NODE_ID = 1
@@ -32,3 +32,4 @@ class GatewayContext:
     max_message_bytes: int = 8 * 1024 * 1024
     max_request_bytes: int = 100 * 1024 * 1024
     listener: str = ""  # the address actually listened on, host:port
+    transactions: Transactions | None = None  # the transaction coordinator (core/txn)

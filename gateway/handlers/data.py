@@ -23,6 +23,7 @@ _VALID_ACKS = (-1, 0, 1)
 # ListOffsets special timestamps; -3 (max timestamp) is resolved by Topic.offset_for_timestamp.
 _EARLIEST, _LATEST = -2, -1
 _EARLIEST_LOCAL = -4  # v8 (KIP-405): the first offset still in tier 1
+_READ_COMMITTED = 1  # isolation_level of Fetch and ListOffsets
 
 
 def produce(
@@ -35,6 +36,7 @@ def produce(
     are appended in the order they were sent, whatever order their tasks later run in.
     """
     acks = body.acks
+    txn_id = body.transactional_id
     started: dict[tuple[str, int], AppendResult | PendingAppend] = {}
     extras: dict[tuple[str, int], Rewritten] = {}
     for topic in body.topic_data:
@@ -42,7 +44,7 @@ def produce(
         error: int = ErrorCode.NONE
         if acks not in _VALID_ACKS:
             error = ErrorCode.INVALID_REQUIRED_ACKS
-        elif body.transactional_id is not None:
+        elif txn_id is not None and ctx.transactions is None:
             error = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         else:
             try:
@@ -63,6 +65,10 @@ def produce(
                 started[key] = AppendResult(error)
             elif records is not None and len(records) > limit:
                 started[key] = AppendResult(ErrorCode.MESSAGE_TOO_LARGE)
+            elif txn_id is not None and (
+                txn_error := _check_transactional(ctx, txn_id, topic.name, part.index, records)
+            ):
+                started[key] = AppendResult(txn_error)
             else:
                 if rules is not None:  # compression.type, LogAppendTime, compact
                     rewritten = apply_rules(rules, records, topic.name, part.index, _now_ms())
@@ -71,8 +77,18 @@ def produce(
                         started[key] = AppendResult(rewritten.error, message=rewritten.message)
                         continue
                     records = rewritten.records
-                started[key] = stream.start_append(part.index, records, acks)
+                started[key] = stream.start_append(
+                    part.index, records, acks, transactional=txn_id is not None
+                )
     return _finish_produce(body, acks, started, extras)
+
+
+def _check_transactional(
+    ctx: GatewayContext, txn_id: str, topic: str, index: int, records: Any
+) -> int:
+    """The transaction coordinator's word on a transactional Produce to this partition."""
+    assert ctx.transactions is not None
+    return ctx.transactions.check_produce(txn_id, topic, index, records)
 
 
 def _now_ms() -> int:
@@ -137,20 +153,21 @@ async def fetch(ctx: GatewayContext, header: RequestHeader, body: Any) -> bytes:
     """Read whole batches; long-poll until min_bytes arrive or max_wait passes."""
     max_wait_s = body.max_wait.total_seconds()
     max_bytes = getattr(body, "max_bytes", 0x7FFFFFFF)
+    read_committed = getattr(body, "isolation_level", 0) == _READ_COMMITTED
     deadline = trio.current_time() + max(0.0, max_wait_s)
     while True:
-        topics, total, has_error = await _read_fetch(ctx, body, max_bytes)
+        topics, total, has_error = await _read_fetch(ctx, body, max_bytes, read_committed)
         if total >= body.min_bytes or has_error or trio.current_time() >= deadline:
             break
         if not await _wait_for_data(ctx, body, deadline):
-            topics, total, has_error = await _read_fetch(ctx, body, max_bytes)
+            topics, total, has_error = await _read_fetch(ctx, body, max_bytes, read_committed)
             break
     parts = encode_fetch_response(header.correlation_id, header.api_version, topics)
     return b"".join(parts)
 
 
 async def _read_fetch(
-    ctx: GatewayContext, body: Any, max_bytes: int
+    ctx: GatewayContext, body: Any, max_bytes: int, read_committed: bool = False
 ) -> tuple[list[tuple[str | uuid.UUID, list[PartitionData]]], int, bool]:
     topics = []
     total = 0
@@ -168,7 +185,11 @@ async def _read_fetch(
                 continue
             budget = min(part.partition_max_bytes, max_bytes - total)
             result = await stream.read(
-                part.partition, part.fetch_offset, max(budget, 0), first_may_exceed=total == 0
+                part.partition,
+                part.fetch_offset,
+                max(budget, 0),
+                first_may_exceed=total == 0,
+                read_committed=read_committed,
             )
             data = PartitionData(
                 part.partition,
@@ -176,6 +197,8 @@ async def _read_fetch(
                 result.high_watermark,
                 result.log_start_offset,
                 result.batches or [],
+                last_stable_offset=result.last_stable_offset,
+                aborted=result.aborted if read_committed else None,
             )
             has_error = has_error or result.error != ErrorCode.NONE
             total += data.records_size
@@ -234,7 +257,10 @@ async def list_offsets(ctx: GatewayContext, header: RequestHeader, body: Any) ->
                 if part.timestamp == _EARLIEST:
                     result["offset"] = partition.log_start_offset
                 elif part.timestamp == _LATEST:
-                    result["offset"] = partition.high_watermark
+                    committed = getattr(body, "isolation_level", 0) == _READ_COMMITTED
+                    result["offset"] = (
+                        partition.last_stable_offset if committed else partition.high_watermark
+                    )
                 elif part.timestamp == _EARLIEST_LOCAL:
                     local = max(partition.local_start_offset, partition.log_start_offset)
                     result["offset"] = min(local, partition.high_watermark)

@@ -25,13 +25,11 @@ _OPERATIONS_NOT_REQUESTED = -(2**31)
 
 
 async def find_coordinator(ctx: GatewayContext, header: RequestHeader, body: Any) -> dict[str, Any]:
-    """This node coordinates every group. There are no transactions, so no transaction
-    coordinator either."""
+    """This node coordinates every group and every transactional id."""
     key_type = getattr(body, "key_type", _KEY_TYPE_GROUP)
-    if key_type in (_KEY_TYPE_GROUP, _KEY_TYPE_TRANSACTION):
-        # A transactional id is answered too: the client then sends InitProducerId, which
-        # refuses it with a non-retriable error, so the producer fails at once instead of
-        # retrying COORDINATOR_NOT_AVAILABLE until its timeout.
+    if key_type == _KEY_TYPE_GROUP or (
+        key_type == _KEY_TYPE_TRANSACTION and ctx.transactions is not None
+    ):
         return {
             "error_code": ErrorCode.NONE,
             "node_id": ctx.node_id,

@@ -92,6 +92,16 @@ async def offset_fetch(ctx: GatewayContext, header: RequestHeader, body: Any) ->
             }
             for topic in body.topics
         ]
+    txns = ctx.transactions
+    if getattr(body, "require_stable", False) and txns is not None:
+        # An open transaction's TxnOffsetCommit is pending for the partition (v7+).
+        for t in topics:
+            name: str = t["name"]  # type: ignore[assignment]
+            parts: list[dict[str, Any]] = t["partitions"]  # type: ignore[assignment]
+            for p in parts:
+                if txns.has_pending_offsets(group_id, name, p["partition_index"]):
+                    p["error_code"] = ErrorCode.UNSTABLE_OFFSET_COMMIT
+                    p["committed_offset"] = _NO_OFFSET
     return {"error_code": ErrorCode.NONE, "topics": topics}
 
 

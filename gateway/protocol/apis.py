@@ -29,6 +29,10 @@ class ApiKey(IntEnum):
     DELETE_TOPICS = 20
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
+    END_TXN = 26
+    TXN_OFFSET_COMMIT = 28
     DESCRIBE_ACLS = 29
     CREATE_ACLS = 30
     DELETE_ACLS = 31
@@ -44,6 +48,8 @@ class ApiKey(IntEnum):
     LIST_PARTITION_REASSIGNMENTS = 46
     OFFSET_DELETE = 47
     DESCRIBE_CLUSTER = 60
+    DESCRIBE_TRANSACTIONS = 65
+    LIST_TRANSACTIONS = 66
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,4 +108,11 @@ SUPPORTED_APIS: dict[int, ApiSupport] = {
     ApiKey.DESCRIBE_ACLS: ApiSupport(1, 3, 2),
     ApiKey.CREATE_ACLS: ApiSupport(1, 3, 2),
     ApiKey.DELETE_ACLS: ApiSupport(1, 3, 2),
+    # Transactions (gateway/handlers/txn.py, core/txn): Kafka 3.5's versions.
+    ApiKey.ADD_PARTITIONS_TO_TXN: ApiSupport(0, 3, 3),
+    ApiKey.ADD_OFFSETS_TO_TXN: ApiSupport(0, 3, 3),
+    ApiKey.END_TXN: ApiSupport(0, 3, 3),
+    ApiKey.TXN_OFFSET_COMMIT: ApiSupport(0, 3, 3),
+    ApiKey.DESCRIBE_TRANSACTIONS: ApiSupport(0, 0, 0),
+    ApiKey.LIST_TRANSACTIONS: ApiSupport(0, 0, 0),
 }

@@ -15,6 +15,7 @@ from .wire import I32, array_len, string, uvarint
 
 _HEAD_V7 = struct.Struct(">ihi")  # throttle_time_ms, error_code, session_id
 _PARTITION = struct.Struct(">ihqqq")  # index, error, high watermark, last stable, log start
+_ABORTED = struct.Struct(">qq")  # producer id, first offset
 
 
 @dataclass(slots=True)
@@ -25,6 +26,9 @@ class PartitionData:
     log_start_offset: int = -1
     # Whole record batches, in offset order; empty list means no records.
     batches: Sequence[bytes | memoryview] = field(default_factory=list)
+    last_stable_offset: int = -1  # -1: the high watermark (no transactions)
+    # read_committed: (producer id, first offset) of aborted transactions in the range
+    aborted: Sequence[tuple[int, int]] | None = None
 
     @property
     def records_size(self) -> int:
@@ -57,11 +61,17 @@ def encode_fetch_response(
         parts.append(name.bytes if isinstance(name, uuid.UUID) else string(name, flexible))
         parts.append(array_len(len(partitions), flexible))
         for p in partitions:
+            lso = p.high_watermark if p.last_stable_offset < 0 else p.last_stable_offset
             head = _PARTITION.pack(
-                p.partition, p.error_code, p.high_watermark, p.high_watermark, p.log_start_offset
+                p.partition, p.error_code, p.high_watermark, lso, p.log_start_offset
             )
             parts.append(head if version >= 5 else head[:-8])
-            parts.append(empty_aborted)
+            if p.aborted:
+                parts.append(array_len(len(p.aborted), flexible))
+                tag = b"\x00" if flexible else b""
+                parts.extend(_ABORTED.pack(pid, first) + tag for pid, first in p.aborted)
+            else:
+                parts.append(empty_aborted)
             if version >= 11:
                 parts.append(I32.pack(-1))  # preferred read replica
             size = p.records_size

@@ -1,0 +1,433 @@
+"""The transaction coordinator: Kafka's transaction state machine over the stream store.
+
+Per transactional id: its producer id and epoch, state, timeout, the partitions and the
+consumer-group offsets of the open transaction. Every state change is committed to SQLite
+(through the metadata worker) before it is answered, so a restart resumes where it was:
+PrepareCommit / PrepareAbort write their markers again (a repeated marker is harmless:
+partitions ignore a marker for a producer without an open transaction) and Ongoing ones
+abort when their timeout runs out.
+
+Ending a transaction: PrepareX is durable, then a marker is appended to every partition
+the transaction touched through the normal append path (they take an offset and are
+fsync'd), then the offsets (on commit) go to the group coordinator, then CompleteX is
+durable, and only then is EndTxn answered; so a client that saw its commit succeed reads
+it back, and a crash at any point leaves every transaction whole either way.
+
+Requests for one transactional id are serialised by a lock; the timeout of an open
+transaction is a trio task that sleeps until its deadline.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+import trio
+
+from ..api import AppendResult, StoreError
+from ..errors import ErrorCode
+from ..metadata import CommittedOffset, SQLiteMetadataStore, TxnRecord
+from ..metadata_worker import MetadataWorker
+from ..recordbatch import RecordBatchError, build_control_batch, read_batch_header
+from .state import (
+    COMPLETE_ABORT,
+    COMPLETE_COMMIT,
+    EMPTY,
+    MAX_EPOCH,
+    MAX_TIMEOUT_MS,
+    ONGOING,
+    PREPARE_ABORT,
+    PREPARE_COMMIT,
+)
+
+if TYPE_CHECKING:
+    from ..store import StreamStore
+
+log = logging.getLogger(__name__)
+
+OffsetSink = Callable[[list[CommittedOffset]], Awaitable[None]]
+_MARKER_RETRY_S = 0.5
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class TransactionCoordinator:
+    def __init__(
+        self,
+        store: StreamStore,
+        metadata: SQLiteMetadataStore,
+        worker: MetadataWorker,
+        commit_offsets: OffsetSink,
+        max_timeout_ms: int = MAX_TIMEOUT_MS,
+    ) -> None:
+        """`commit_offsets` makes a committed transaction's group offsets durable and
+        visible (the group coordinator's offset store)."""
+        self._store = store
+        self._metadata = metadata
+        self._worker = worker
+        self._commit_offsets = commit_offsets
+        self.max_timeout_ms = max_timeout_ms
+        self._txns: dict[str, TxnRecord] = {}
+        self._locks: dict[str, trio.Lock] = {}
+        self._timers: dict[str, trio.CancelScope] = {}
+        self._nursery: trio.Nursery | None = None
+        self._stopping = trio.Event()
+
+    async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Load every transactional id, finish or time out what was in flight, then keep
+        the timeout tasks running until `stop`."""
+        records = await self._worker.call(self._metadata.load_transactions)
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            for record in records:
+                self._txns[record.transactional_id] = record
+                if record.state in (PREPARE_COMMIT, PREPARE_ABORT):
+                    nursery.start_soon(self._resume, record.transactional_id)
+                elif record.state == ONGOING:
+                    self._start_timer(record)
+            log.info("transaction coordinator up: %d transactional ids", len(records))
+            task_status.started()
+            await self._stopping.wait()
+            nursery.cancel_scope.cancel()
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    # --- lookups ---------------------------------------------------------------------------
+
+    def describe(self, transactional_id: str) -> TxnRecord | None:
+        return self._txns.get(transactional_id)
+
+    def list_transactions(self) -> list[TxnRecord]:
+        return list(self._txns.values())
+
+    def has_pending_offsets(self, group_id: str, topic: str, partition: int) -> bool:
+        """An open transaction has a TxnOffsetCommit for this group's partition."""
+        return any(
+            o[0] == group_id and o[1] == topic and o[2] == partition
+            for txn in self._txns.values()
+            if txn.state in (ONGOING, PREPARE_COMMIT)
+            for o in txn.offsets
+        )
+
+    # --- the requests ----------------------------------------------------------------------
+
+    async def init_producer_id(
+        self, transactional_id: str, timeout_ms: int, producer_id: int = -1, epoch: int = -1
+    ) -> tuple[int, int, int]:
+        """(error, producer id, epoch): the id's producer id with a new epoch; an open
+        transaction of an older epoch is aborted first (the zombie is fenced)."""
+        if not transactional_id:
+            return ErrorCode.INVALID_REQUEST, -1, -1
+        if not 0 < timeout_ms <= self.max_timeout_ms:
+            return ErrorCode.INVALID_TRANSACTION_TIMEOUT, -1, -1
+        async with self._lock(transactional_id):
+            txn = self._txns.get(transactional_id)
+            if txn is None:
+                txn = TxnRecord(
+                    transactional_id,
+                    await self._store.allocate_producer_id(),
+                    0,
+                    EMPTY,
+                    timeout_ms,
+                    update_ms=_now_ms(),
+                )
+                await self._save(txn)
+                return ErrorCode.NONE, txn.producer_id, txn.epoch
+            if producer_id >= 0 and (producer_id, epoch) != (txn.producer_id, txn.epoch):
+                # KIP-360: only the current producer may re-initialise with its id.
+                return ErrorCode.PRODUCER_FENCED, -1, -1
+            if txn.state in (PREPARE_COMMIT, PREPARE_ABORT):
+                await self._complete(txn)
+            if txn.state == ONGOING:
+                log.info(
+                    "transactional id %s: epoch %d fenced, aborting its open transaction",
+                    transactional_id,
+                    txn.epoch,
+                )
+                await self._end(txn, commit=False, bump_epoch=True)
+            else:
+                await self._bump_epoch(txn)
+            txn.state, txn.timeout_ms, txn.update_ms = EMPTY, timeout_ms, _now_ms()
+            await self._save(txn)
+            return ErrorCode.NONE, txn.producer_id, txn.epoch
+
+    async def add_partitions(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        partitions: list[tuple[str, int]],
+    ) -> dict[tuple[str, int], int]:
+        """Add partitions to the open transaction (opening one if needed); per partition
+        an error code. Unknown partitions fail the whole request, as in Kafka."""
+        unknown = {tp for tp in partitions if not self._partition_exists(*tp)}
+        if unknown:
+            return {
+                tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                if tp in unknown
+                else ErrorCode.OPERATION_NOT_ATTEMPTED
+                for tp in partitions
+            }
+        async with self._lock(transactional_id):
+            txn = self._txns.get(transactional_id)
+            error = self._check(txn, producer_id, epoch)
+            if error or txn is None:
+                return {tp: error for tp in partitions}
+            new = [tp for tp in partitions if tp not in txn.partitions]
+            if new or txn.state != ONGOING:
+                self._begin(txn)
+                txn.partitions.extend(new)
+                await self._save(txn)
+                self._start_timer(txn)
+            return {tp: ErrorCode.NONE for tp in partitions}
+
+    async def add_offsets(
+        self, transactional_id: str, producer_id: int, epoch: int, group_id: str
+    ) -> int:
+        """The group's offsets will be committed by this transaction (it opens one)."""
+        async with self._lock(transactional_id):
+            txn = self._txns.get(transactional_id)
+            error = self._check(txn, producer_id, epoch)
+            if error or txn is None:
+                return error
+            if txn.state != ONGOING:
+                self._begin(txn)
+                await self._save(txn)
+                self._start_timer(txn)
+            return ErrorCode.NONE
+
+    async def txn_offset_commit(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        offsets: list[CommittedOffset],
+    ) -> int:
+        """Remember offsets until the transaction ends: committed with it, or dropped."""
+        async with self._lock(transactional_id):
+            txn = self._txns.get(transactional_id)
+            error = self._check(txn, producer_id, epoch)
+            if error or txn is None:
+                return error
+            if txn.state != ONGOING:
+                return ErrorCode.INVALID_TXN_STATE
+            keep = {(o.group_id, o.topic, o.partition) for o in offsets}
+            txn.offsets = [o for o in txn.offsets if (o[0], o[1], o[2]) not in keep]
+            txn.offsets.extend(
+                (o.group_id, o.topic, o.partition, o.offset, o.leader_epoch, o.metadata)
+                for o in offsets
+            )
+            await self._save(txn)
+            return ErrorCode.NONE
+
+    async def end_txn(
+        self, transactional_id: str, producer_id: int, epoch: int, commit: bool
+    ) -> int:
+        async with self._lock(transactional_id):
+            txn = self._txns.get(transactional_id)
+            error = self._check(txn, producer_id, epoch, ending=True)
+            if error or txn is None:
+                return error
+            if txn.state == ONGOING:
+                await self._end(txn, commit)
+                return ErrorCode.NONE
+            done = COMPLETE_COMMIT if commit else COMPLETE_ABORT
+            if txn.state == done:  # a retry of the EndTxn that finished it
+                return ErrorCode.NONE
+            return ErrorCode.INVALID_TXN_STATE
+
+    def check_produce(
+        self, transactional_id: str, topic: str, partition: int, records: bytes | memoryview | None
+    ) -> int:
+        """May this transactional Produce append to the partition? (Its batches' producer
+        id and epoch must be the id's current ones, the partition in the open transaction.)"""
+        txn = self._txns.get(transactional_id)
+        try:
+            header = read_batch_header(records or b"")
+        except RecordBatchError:
+            return ErrorCode.NONE  # the append path answers a malformed batch
+        if txn is None or txn.producer_id != header.producer_id:
+            return ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        if header.producer_epoch != txn.epoch:
+            return ErrorCode.INVALID_PRODUCER_EPOCH
+        if txn.state != ONGOING or (topic, partition) not in txn.partitions:
+            return ErrorCode.INVALID_TXN_STATE
+        return ErrorCode.NONE
+
+    # --- state machine ---------------------------------------------------------------------
+
+    def _check(
+        self, txn: TxnRecord | None, producer_id: int, epoch: int, ending: bool = False
+    ) -> int:
+        if txn is None or txn.producer_id != producer_id:
+            return ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        if epoch != txn.epoch:
+            return ErrorCode.PRODUCER_FENCED
+        if txn.state in (PREPARE_COMMIT, PREPARE_ABORT):
+            return ErrorCode.CONCURRENT_TRANSACTIONS
+        if ending and txn.state == EMPTY:
+            return ErrorCode.INVALID_TXN_STATE
+        return ErrorCode.NONE
+
+    def _begin(self, txn: TxnRecord) -> None:
+        if txn.state != ONGOING:
+            txn.state = ONGOING
+            txn.start_ms = _now_ms()
+            txn.partitions, txn.offsets = [], []
+        txn.update_ms = _now_ms()
+
+    async def _bump_epoch(self, txn: TxnRecord) -> None:
+        if txn.epoch + 1 >= MAX_EPOCH:  # epochs are int16: go on with a new producer id
+            txn.producer_id = await self._store.allocate_producer_id()
+            txn.epoch = 0
+        else:
+            txn.epoch += 1
+
+    async def _end(self, txn: TxnRecord, commit: bool, bump_epoch: bool = False) -> None:
+        """Ongoing -> PrepareX (durable) -> markers, offsets -> CompleteX (durable).
+        `bump_epoch` fences the producer: its markers carry the new epoch."""
+        self._cancel_timer(txn.transactional_id)
+        if bump_epoch:
+            await self._bump_epoch(txn)
+        txn.state = PREPARE_COMMIT if commit else PREPARE_ABORT
+        txn.update_ms = _now_ms()
+        await self._save(txn)
+        await self._complete(txn)
+
+    async def _complete(self, txn: TxnRecord) -> None:
+        """Write PrepareX's markers and offsets, then make CompleteX durable."""
+        commit = txn.state == PREPARE_COMMIT
+        await self._write_markers(txn, commit)
+        if commit and txn.offsets:
+            now = _now_ms()
+            await self._commit_offsets(
+                [CommittedOffset(g, t, p, off, le, md, now) for g, t, p, off, le, md in txn.offsets]
+            )
+        txn.state = COMPLETE_COMMIT if commit else COMPLETE_ABORT
+        txn.partitions, txn.offsets = [], []
+        txn.update_ms = _now_ms()  # start_ms stays: Kafka describes the last one
+        await self._save(txn)
+        log.debug("transactional id %s: %s", txn.transactional_id, txn.state)
+
+    async def _write_markers(self, txn: TxnRecord, commit: bool) -> None:
+        """Append a marker to every partition of the transaction and wait until they are
+        durable; retried until they are (a transaction must end)."""
+        remaining = list(txn.partitions)
+        marker = build_control_batch(txn.producer_id, txn.epoch, commit)
+        while remaining:
+            waits = []
+            for topic, index in remaining:
+                stream = self._store.streams.get(topic)
+                if stream is None or not stream.has_partition(index):
+                    continue  # the topic was deleted meanwhile: nothing to mark
+                waits.append((topic, index, stream.start_marker(index, marker)))
+            failed = []
+            aborted: dict[str, list[tuple[int, int, int, int]]] = {}
+            for topic, index, started in waits:
+                result = started if isinstance(started, AppendResult) else await started.wait()
+                if result.error:
+                    failed.append((topic, index))
+                    continue
+                if not commit:
+                    entry = self._aborted_at(topic, index, result.base_offset)
+                    if entry is not None:
+                        aborted.setdefault(topic, []).append(entry)
+            for topic, rows in aborted.items():  # kept for data that will live in tier 2 only
+                try:
+                    await self._worker.call(self._metadata.add_aborted_txns, topic, rows)
+                except StoreError as exc:
+                    log.warning("topic %s: saving aborted transactions failed: %s", topic, exc)
+            remaining = failed
+            if remaining:
+                log.warning(
+                    "transactional id %s: markers failed on %d partitions, retrying",
+                    txn.transactional_id,
+                    len(remaining),
+                )
+                await trio.sleep(_MARKER_RETRY_S)
+
+    def _aborted_at(
+        self, topic: str, index: int, marker_offset: int
+    ) -> tuple[int, int, int, int] | None:
+        stream = self._store.streams.get(topic)
+        if stream is None:
+            return None
+        txns = stream.partition(index).txns
+        for entry in reversed(txns.aborted if txns is not None else []):
+            if entry.last_offset == marker_offset:
+                return (index, entry.producer_id, entry.first_offset, entry.last_offset)
+        return None
+
+    async def _resume(self, transactional_id: str) -> None:
+        """After a restart: finish a transaction that was being committed or aborted."""
+        async with self._lock(transactional_id):
+            txn = self._txns[transactional_id]
+            if txn.state in (PREPARE_COMMIT, PREPARE_ABORT):
+                log.info("transactional id %s: finishing %s", transactional_id, txn.state)
+                await self._complete(txn)
+
+    # --- timeouts --------------------------------------------------------------------------
+
+    def _start_timer(self, txn: TxnRecord) -> None:
+        if self._nursery is None or txn.transactional_id in self._timers:
+            return
+        scope = trio.CancelScope()
+        self._timers[txn.transactional_id] = scope
+        deadline_s = (txn.start_ms + txn.timeout_ms - _now_ms()) / 1000
+        self._nursery.start_soon(self._timeout, txn.transactional_id, scope, deadline_s)
+
+    def _cancel_timer(self, transactional_id: str) -> None:
+        scope = self._timers.pop(transactional_id, None)
+        if scope is not None:
+            scope.cancel()
+
+    async def _timeout(self, transactional_id: str, scope: trio.CancelScope, delay: float) -> None:
+        with scope:
+            await trio.sleep(max(0.0, delay))
+            self._timers.pop(transactional_id, None)
+            async with self._lock(transactional_id):
+                txn = self._txns.get(transactional_id)
+                if txn is not None and txn.state == ONGOING:
+                    log.info(
+                        "transactional id %s: timed out after %d ms, aborting",
+                        transactional_id,
+                        txn.timeout_ms,
+                    )
+                    with trio.CancelScope(shield=True):  # never half-done
+                        await self._end(txn, commit=False, bump_epoch=True)
+
+    # --- helpers ---------------------------------------------------------------------------
+
+    def _lock(self, transactional_id: str) -> trio.Lock:
+        lock = self._locks.get(transactional_id)
+        if lock is None:
+            lock = self._locks[transactional_id] = trio.Lock()
+        return lock
+
+    def _partition_exists(self, topic: str, index: int) -> bool:
+        stream = self._store.streams.get(topic)
+        return stream is not None and stream.has_partition(index)
+
+    async def _save(self, txn: TxnRecord) -> None:
+        await self._worker.call(self._metadata.save_transaction, _copy(txn))
+        self._txns[txn.transactional_id] = txn
+
+
+def _copy(txn: TxnRecord) -> TxnRecord:
+    """A snapshot for the worker thread (the loop may change the record meanwhile)."""
+    return TxnRecord(
+        txn.transactional_id,
+        txn.producer_id,
+        txn.epoch,
+        txn.state,
+        txn.timeout_ms,
+        txn.start_ms,
+        txn.update_ms,
+        list(txn.partitions),
+        list(txn.offsets),
+    )
