@@ -6,6 +6,8 @@ import uuid
 from contextvars import ContextVar
 from dataclasses import dataclass
 
+from core.acl.authorizer import Authorizer
+from core.acl.quotas import ClientQuotas
 from core.api import Store
 from core.groups import GroupCoordinator
 
@@ -32,3 +34,6 @@ class GatewayContext:
     max_message_bytes: int = 8 * 1024 * 1024
     max_request_bytes: int = 100 * 1024 * 1024
     listener: str = ""  # the address actually listened on, host:port
+    # ACLs (gateway/auth): None = no authorizer, everything allowed (the embedded default).
+    authorizer: Authorizer | None = None
+    quotas: ClientQuotas | None = None  # client quotas, always on when the server runs
