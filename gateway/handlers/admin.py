@@ -84,7 +84,8 @@ async def metadata(ctx: GatewayContext, header: RequestHeader, body: Any) -> byt
         getattr(body, "include_cluster_authorized_operations", False)
     )
     if cluster_ops != NOT_REQUESTED:
-        cluster_ops = authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME) or cluster_ops
+        ops = authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME)
+        cluster_ops = cluster_ops if ops is None else ops
     return encode_metadata_response(
         header.correlation_id,
         header.api_version,
