@@ -199,6 +199,8 @@ class Gateway:
                             return
                         decoder.feed(data)
                         while (frame := decoder.next_frame()) is not None:
+                            if mute is not None:
+                                await mute.wait()  # pipelined requests wait out a throttle
                             slot = _ResponseSlot()
                             idle.request_started()
                             await send_slots.send(slot)

@@ -61,12 +61,15 @@ def _produce(inner: Handler) -> Handler:
         if ctx.quotas is None or not ctx.quotas.quotas:
             return inner(ctx, header, body)
         size = sum(len(p.records or b"") for t in body.topic_data for p in t.partition_data)
+        # Counted when the request is read, so the next pipelined request already waits.
+        ms = _throttle(ctx, PRODUCER_BYTE_RATE, header, size)
         pending = inner(ctx, header, body)
+        if not ms:
+            return pending
 
         async def finish() -> Response:
             response = await pending
-            ms = _throttle(ctx, PRODUCER_BYTE_RATE, header, size)
-            if isinstance(response, dict) and ms:
+            if isinstance(response, dict):
                 response["throttle_time"] = ms
             return response
 
