@@ -611,3 +611,38 @@ def test_topic_id_of_a_denied_topic(gw: Any) -> None:
         )
     assert [int(t.error_code) for t in response.responses] == [TOPIC_DENIED]
     assert isinstance(meta.topic_id, uuid.UUID)
+
+
+def test_produce_auto_create_needs_create(gw: Any) -> None:
+    """WRITE alone does not create a topic by producing to it (CREATE does)."""
+    with PrincipalClient(gw.bootstrap, ADMIN) as admin:
+        admin.call(
+            30, 3, {"creations": [{**_acl(R_TOPIC, "w-", PREFIXED, user="writer"), "operation": 4}]}
+        )  # WRITE
+    with PrincipalClient(gw.bootstrap, "writer") as writer:
+        response = writer.call(
+            0,
+            9,
+            {
+                "acks": -1,
+                "timeout": 5000,
+                "topic_data": [
+                    {"name": "w-new", "partition_data": [{"index": 0, "records": _batch()}]}
+                ],
+            },
+        )
+    assert _partition_codes(response.responses, "partition_responses") == {3}
+    with PrincipalClient(gw.bootstrap, ADMIN) as admin:
+        (meta,) = admin.call(
+            3, 12, {"topics": [{"name": "w-new"}], "allow_auto_topic_creation": False}
+        ).topics
+    assert int(meta.error_code) == 3  # not created
+
+
+def test_describe_groups_authorized_operations(gw: Any) -> None:
+    with PrincipalClient(gw.bootstrap, ALICE) as alice:
+        (group,) = alice.call(
+            15, 5, {"groups": [GROUP], "include_authorized_operations": True}
+        ).groups
+    assert int(group.error_code) == 0
+    assert group.authorized_operations == (1 << 3) | (1 << 6) | (1 << 8)  # READ DELETE DESCRIBE

@@ -49,10 +49,19 @@ class Authorizer:
     store: AclStore | None = None
     offload: Offload | None = None
     _acls: set[AclBinding] = field(default_factory=set)
+    # By resource type: a decision only looks at its type's bindings.
+    _by_type: dict[ResourceType, list[AclBinding]] = field(default_factory=dict)
 
     def load(self) -> None:
         if self.store is not None:
             self._acls = set(self.store.load_acls())
+        self._reindex()
+
+    def _reindex(self) -> None:
+        by_type: dict[ResourceType, list[AclBinding]] = {}
+        for acl in self._acls:
+            by_type.setdefault(acl.resource_type, []).append(acl)
+        self._by_type = by_type
 
     @property
     def acls(self) -> frozenset[AclBinding]:
@@ -70,7 +79,8 @@ class Authorizer:
     ) -> bool:
         if principal in self.settings.super_users:
             return True
-        matching = [a for a in self._acls if a.matches_resource(resource_type, name)]
+        candidates = self._by_type.get(resource_type, ())
+        matching = [a for a in candidates if a.matches_resource(resource_type, name)]
         if not matching:
             return self.settings.allow_everyone_if_no_acl_found
         applicable = [a for a in matching if _applies_to(a, principal, host)]
@@ -100,10 +110,8 @@ class Authorizer:
             return True
         relevant = [
             a
-            for a in self._acls
-            if a.resource_type == rtype
-            and _applies_to(a, principal, host)
-            and a.operation in (operation, Operation.ALL)
+            for a in self._by_type.get(rtype, ())
+            if _applies_to(a, principal, host) and a.operation in (operation, Operation.ALL)
         ]
         for acl in relevant:
             everything = acl.pattern_type == PatternType.LITERAL and acl.resource_name == WILDCARD
@@ -114,9 +122,7 @@ class Authorizer:
                 return False
         if any(a.permission == Permission.ALLOW for a in relevant):
             return True
-        return self.settings.allow_everyone_if_no_acl_found and not any(
-            a.resource_type == rtype for a in self._acls
-        )
+        return self.settings.allow_everyone_if_no_acl_found and not self._by_type.get(rtype)
 
     # --- changes ---------------------------------------------------------------------------
 
@@ -131,6 +137,7 @@ class Authorizer:
         if new:
             await self._commit("add_acls", new)
             self._acls.update(new)
+            self._reindex()
 
     async def delete(self, filters: list[AclFilter]) -> list[list[AclBinding]]:
         """Delete what each filter matches; per filter, the bindings it removed."""
@@ -139,6 +146,7 @@ class Authorizer:
         if doomed:
             await self._commit("delete_acls", doomed)
             self._acls.difference_update(doomed)
+            self._reindex()
         return per_filter
 
     async def _commit(self, method: str, acls: list[AclBinding]) -> None:

@@ -137,19 +137,27 @@ def _produce(
             if body.acks != 0
             else None
         )
-    return _per_item(
-        ctx,
-        header,
-        body,
-        inner,
-        "topic_data",
-        "responses",
-        lambda t: allowed(ctx, Operation.WRITE, TOPIC, t.name),
-        lambda t: {
-            "name": t.name,
-            "partition_responses": [_produce_denied(p, _TOPIC_DENIED) for p in t.partition_data],
-        },
-    )
+
+    def may_write(topic: Any) -> bool:
+        return allowed(ctx, Operation.WRITE, TOPIC, topic.name)
+
+    def may_produce(topic: Any) -> bool:
+        # Produce auto-creates here (Kafka's does not): that needs CREATE, as in Metadata.
+        exists = ctx.store.get(topic.name) is not None
+        return may_write(topic) and (exists or _may_create(ctx, topic.name))
+
+    def refused(topic: Any) -> dict[str, Any]:
+        code = _TOPIC_DENIED if not may_write(topic) else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        return {
+            "name": topic.name,
+            "partition_responses": [_produce_denied(p, code) for p in topic.partition_data],
+        }
+
+    return _per_item(ctx, header, body, inner, "topic_data", "responses", may_produce, refused)
+
+
+def _may_create(ctx: GatewayContext, name: str) -> bool:
+    return _cluster(ctx, Operation.CREATE) or allowed(ctx, Operation.CREATE, TOPIC, name)
 
 
 def _produce_denied(partition: Any, code: ErrorCode) -> dict[str, Any]:
