@@ -49,8 +49,11 @@ class Authorizer:
     store: AclStore | None = None
     offload: Offload | None = None
     _acls: set[AclBinding] = field(default_factory=set)
-    # By resource type: a decision only looks at its type's bindings.
+    # Indexes, so a decision looks only at bindings that can match: by resource type; literal
+    # ones by (type, name) (the wildcard is the name "*"); prefixed ones by type.
     _by_type: dict[ResourceType, list[AclBinding]] = field(default_factory=dict)
+    _literal: dict[tuple[ResourceType, str], list[AclBinding]] = field(default_factory=dict)
+    _prefixed: dict[ResourceType, list[AclBinding]] = field(default_factory=dict)
 
     def load(self) -> None:
         if self.store is not None:
@@ -59,9 +62,24 @@ class Authorizer:
 
     def _reindex(self) -> None:
         by_type: dict[ResourceType, list[AclBinding]] = {}
+        literal: dict[tuple[ResourceType, str], list[AclBinding]] = {}
+        prefixed: dict[ResourceType, list[AclBinding]] = {}
         for acl in self._acls:
             by_type.setdefault(acl.resource_type, []).append(acl)
-        self._by_type = by_type
+            if acl.pattern_type == PatternType.PREFIXED:
+                prefixed.setdefault(acl.resource_type, []).append(acl)
+            else:
+                literal.setdefault((acl.resource_type, acl.resource_name), []).append(acl)
+        self._by_type, self._literal, self._prefixed = by_type, literal, prefixed
+
+    def _matching(self, resource_type: ResourceType, name: str) -> list[AclBinding]:
+        found = list(self._literal.get((resource_type, name), ()))
+        if name != WILDCARD:
+            found += self._literal.get((resource_type, WILDCARD), ())
+        found += (
+            a for a in self._prefixed.get(resource_type, ()) if name.startswith(a.resource_name)
+        )
+        return found
 
     @property
     def acls(self) -> frozenset[AclBinding]:
@@ -79,8 +97,7 @@ class Authorizer:
     ) -> bool:
         if principal in self.settings.super_users:
             return True
-        candidates = self._by_type.get(resource_type, ())
-        matching = [a for a in candidates if a.matches_resource(resource_type, name)]
+        matching = self._matching(resource_type, name)
         if not matching:
             return self.settings.allow_everyone_if_no_acl_found
         applicable = [a for a in matching if _applies_to(a, principal, host)]
