@@ -10,6 +10,9 @@ from dataclasses import dataclass, field
 import trio
 
 from admin.http import AdminServer
+from cli.acl_flags import AclSettings
+from core.acl.authorizer import Authorizer
+from core.acl.quotas import ClientQuotas
 from core.groups import GroupCoordinator, GroupSettings
 from core.store import StoreSettings, StreamStore
 from core.tiering import TierSettings
@@ -39,6 +42,7 @@ class Settings:
     tier2_url: str | None = None
     s3_endpoint: str | None = None
     tier: TierSettings = field(default_factory=TierSettings)
+    acl: AclSettings = field(default_factory=AclSettings)
 
 
 async def serve(settings: Settings) -> None:
@@ -121,7 +125,19 @@ async def _serve_tcp(
     server_settings = ServerSettings(
         max_request_bytes=settings.max_request_bytes,
         connections_max_idle_ms=settings.connections_max_idle_ms,
+        max_connections_per_ip=settings.acl.max_connections_per_ip,
     )
+    ctx.quotas = ClientQuotas(settings.acl.quotas, store.metadata, store.worker.call)
+    ctx.quotas.load()
+    if settings.acl.enabled:
+        ctx.authorizer = Authorizer(settings.acl.authorizer, store.metadata, store.worker.call)
+        ctx.authorizer.load()
+        log.info(
+            "authorizer on: %d ACLs, super users %s, allow everyone if no ACL found: %s",
+            len(ctx.authorizer.acls),
+            ", ".join(sorted(settings.acl.authorizer.super_users)) or "none",
+            settings.acl.authorizer.allow_everyone_if_no_acl_found,
+        )
     gateway = Gateway(ctx, server_settings)
     task_status.started(listeners)
     await trio.serve_listeners(gateway.handle_connection, listeners, handler_nursery=nursery)

@@ -9,6 +9,7 @@ import resource
 
 import trio
 
+from cli import acl_flags
 from cli.app import Settings, serve
 from core.tiering import TierSettings
 
@@ -166,6 +167,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         "none is in flight (STREAMGATE_CONNECTIONS_MAX_IDLE_MS, default 600000, as Kafka's "
         "connections.max.idle.ms)",
     )
+    acl_flags.add_arguments(serve_cmd)
     serve_cmd.add_argument(
         "--log-level",
         default=_env("LOG_LEVEL", "INFO"),
@@ -212,6 +214,7 @@ def run(args: argparse.Namespace) -> int:
             cache_bytes=args.tier2_cache_bytes,
             retention_check_interval_s=args.retention_check_interval_ms / 1000,
         ),
+        acl=acl_flags.settings_from(args),
     )
     os.makedirs(settings.data_dir, exist_ok=True)
     trio.run(serve, settings)

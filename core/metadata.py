@@ -15,6 +15,9 @@ import uuid
 from dataclasses import astuple, dataclass, field
 from typing import Protocol
 
+from .acl.model import AclBinding, Operation, PatternType, Permission, ResourceType
+from .acl.quotas import Entity
+
 
 @dataclass(slots=True)
 class SegmentRecord:
@@ -230,6 +233,23 @@ CREATE TABLE IF NOT EXISTS log_starts (
     partition INTEGER NOT NULL,
     log_start_offset INTEGER NOT NULL,
     PRIMARY KEY (topic, partition)
+);
+CREATE TABLE IF NOT EXISTS acls (
+    resource_type INTEGER NOT NULL,
+    resource_name TEXT NOT NULL,
+    pattern_type INTEGER NOT NULL,
+    principal TEXT NOT NULL,
+    host TEXT NOT NULL,
+    operation INTEGER NOT NULL,
+    permission INTEGER NOT NULL,
+    PRIMARY KEY (resource_type, resource_name, pattern_type, principal, host, operation,
+                 permission)
+);
+CREATE TABLE IF NOT EXISTS client_quotas (
+    entity TEXT NOT NULL,
+    quota_key TEXT NOT NULL,
+    value REAL NOT NULL,
+    PRIMARY KEY (entity, quota_key)
 );
 """
 
@@ -552,6 +572,67 @@ class SQLiteMetadataStore:
                 "INSERT OR IGNORE INTO aborted_txns VALUES (?, ?, ?, ?, ?)",
                 [(name, *row) for row in rows],
             )
+
+    # --- ACLs and client quotas (core/acl) --------------------------------------------------
+
+    def load_acls(self) -> list[AclBinding]:
+        return [
+            AclBinding(
+                ResourceType(r[0]),
+                r[1],
+                PatternType(r[2]),
+                r[3],
+                r[4],
+                Operation(r[5]),
+                Permission(r[6]),
+            )
+            for r in self._db.execute(
+                "SELECT resource_type, resource_name, pattern_type, principal, host, "
+                "operation, permission FROM acls"
+            )
+        ]
+
+    def add_acls(self, acls: list[AclBinding]) -> None:
+        with self._transaction() as db:
+            db.executemany(
+                "INSERT OR IGNORE INTO acls VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [astuple(a) for a in acls],
+            )
+
+    def delete_acls(self, acls: list[AclBinding]) -> None:
+        with self._transaction() as db:
+            db.executemany(
+                "DELETE FROM acls WHERE resource_type = ? AND resource_name = ? AND "
+                "pattern_type = ? AND principal = ? AND host = ? AND operation = ? AND "
+                "permission = ?",
+                [astuple(a) for a in acls],
+            )
+
+    def load_client_quotas(self) -> dict[Entity, dict[str, float]]:
+        quotas: dict[Entity, dict[str, float]] = {}
+        for entity, key, value in self._db.execute(
+            "SELECT entity, quota_key, value FROM client_quotas"
+        ):
+            parts = tuple((kind, name) for kind, name in json.loads(entity))
+            quotas.setdefault(parts, {})[key] = value
+        return quotas
+
+    def alter_client_quotas(self, changes: list[tuple[Entity, dict[str, float | None]]]) -> None:
+        with self._transaction() as db:
+            for entity, ops in changes:
+                key = json.dumps(entity)
+                for name, value in ops.items():
+                    if value is None:
+                        db.execute(
+                            "DELETE FROM client_quotas WHERE entity = ? AND quota_key = ?",
+                            (key, name),
+                        )
+                    else:
+                        db.execute(
+                            "INSERT INTO client_quotas VALUES (?, ?, ?) ON CONFLICT(entity, "
+                            "quota_key) DO UPDATE SET value = excluded.value",
+                            (key, name, value),
+                        )
 
     def _transaction(self) -> _Transaction:
         return _Transaction(self._db, self._lock)

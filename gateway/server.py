@@ -17,6 +17,9 @@ from typing import Any
 import trio
 
 from core.errors import ErrorCode
+from gateway.auth.connections import ConnectionLimit
+from gateway.auth.guard import guarded, test_principal_enabled
+from gateway.auth.quota import MUTE, Mute, with_quotas
 from gateway.handlers import (
     acls,
     admin,
@@ -25,6 +28,7 @@ from gateway.handlers import (
     data,
     groups,
     offsets,
+    quotas,
     records,
     replicas,
     txn,
@@ -84,6 +88,8 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.TXN_OFFSET_COMMIT: txn.txn_offset_commit,
     ApiKey.DESCRIBE_TRANSACTIONS: txn.describe_transactions,
     ApiKey.LIST_TRANSACTIONS: txn.list_transactions,
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: quotas.describe_client_quotas,
+    ApiKey.ALTER_CLIENT_QUOTAS: quotas.alter_client_quotas,
 }
 assert set(HANDLERS) == set(SUPPORTED_APIS), "every advertised API needs a handler"
 
@@ -98,6 +104,8 @@ class ServerSettings:
     # Kafka's connections.max.idle.ms: a connection with no request in flight that sends
     # no complete request for this long (nothing, or half a frame) is closed.
     connections_max_idle_ms: int = 600_000
+    # Kafka's max.connections.per.ip (0: no limit, Kafka's default is effectively none).
+    max_connections_per_ip: int = 0
 
 
 class _ResponseSlot:
@@ -144,10 +152,25 @@ class Gateway:
     def __init__(self, ctx: GatewayContext, settings: ServerSettings) -> None:
         self.ctx = ctx
         self.settings = settings
+        # ACL guards when an authorizer is configured; quotas on Produce/Fetch always.
+        table = guarded(HANDLERS, test_principal_enabled()) if ctx.authorizer else HANDLERS
+        self.handlers = with_quotas(table)
+        self.connections = ConnectionLimit(settings.max_connections_per_ip)
 
     async def handle_connection(self, stream: trio.SocketStream) -> None:
         peer = _peer_name(stream)
-        CLIENT_HOST.set(peer.rpartition(":")[0])
+        host = peer.rpartition(":")[0]
+        CLIENT_HOST.set(host)
+        if not self.connections.acquire(host):
+            log.warning(
+                "%s: refused: %d connections from this address already "
+                "(--max-connections-per-ip)",
+                peer,
+                self.connections.per_ip,
+            )
+            await stream.aclose()
+            return
+        MUTE.set(Mute())
         # One log line per connection problem; nothing escapes to the listener.
         try:
             async with stream:
@@ -160,6 +183,8 @@ class Gateway:
             log.debug("%s: connection lost: %s", peer, group.exceptions[0])
         except* Exception:
             log.exception("%s: connection failed", peer)
+        finally:
+            self.connections.release(host)
 
     async def _serve(self, stream: trio.SocketStream) -> None:
         decoder = FrameDecoder(self.settings.max_request_bytes)
@@ -171,13 +196,18 @@ class Gateway:
             nursery.start_soon(self._write_responses, stream, receive_slots, idle)
             async with send_slots:
                 with idle.scope:
+                    mute = MUTE.get()
                     while True:
+                        if mute is not None:
+                            await mute.wait()  # a client over its quota is not read from
                         data = await stream.receive_some(_RECEIVE_BYTES)
                         if not data:
                             nursery.cancel_scope.cancel()  # the client is gone: drop its work
                             return
                         decoder.feed(data)
                         while (frame := decoder.next_frame()) is not None:
+                            if mute is not None:
+                                await mute.wait()  # pipelined requests wait out a throttle
                             slot = _ResponseSlot()
                             idle.request_started()
                             await send_slots.send(slot)
@@ -227,7 +257,7 @@ class Gateway:
                     f"unsupported version {header.api_version} of {ApiKey(header.api_key).name}"
                 )
             body = decode_body(header, frame, pos)
-            return header, HANDLERS[header.api_key](self.ctx, header, body)
+            return header, self.handlers[header.api_key](self.ctx, header, body)
         except ProtocolError as exc:
             log.warning("closing connection after bad request: %s", exc)
         except Exception:

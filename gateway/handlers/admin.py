@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import uuid
 from typing import Any
 
+from core.acl.model import CLUSTER_NAME, SUPPORTED_OPERATIONS, Operation, ResourceType
 from core.api import ZERO_UUID, Topic, TopicError, validate_topic_name
 from core.errors import ErrorCode
 from gateway.protocol.apis import SUPPORTED_APIS
@@ -14,6 +16,7 @@ from gateway.protocol.metadata_response import TopicMetadata, encode_metadata_re
 
 from . import txn
 from .assignments import check_create_assignments
+from .authz import NOT_REQUESTED, allowed, authorized_operations
 from .cluster import cluster_authorized_operations
 from .configs import topic_config_entries
 from .context import GatewayContext
@@ -47,16 +50,28 @@ async def metadata(ctx: GatewayContext, header: RequestHeader, body: Any) -> byt
     auto_create = getattr(body, "allow_auto_topic_creation", True)
     topics: list[TopicMetadata] = []
     if requested is None or (header.api_version == 0 and not requested):
-        topics.extend(_topic_metadata(t) for t in store.topics())
+        # With an authorizer, only the topics the principal may describe are listed.
+        topics.extend(
+            _topic_metadata(t)
+            for t in store.topics()
+            if allowed(ctx, Operation.DESCRIBE, ResourceType.TOPIC, t.name)
+        )
     else:
         for item in requested:
             name = item.name
             if name is None:  # v10+: a topic asked for by id
                 topics.append(_topic_metadata_by_id(ctx, getattr(item, "topic_id", None)))
                 continue
+            if not allowed(ctx, Operation.DESCRIBE, ResourceType.TOPIC, name):
+                topics.append(TopicMetadata(ErrorCode.TOPIC_AUTHORIZATION_FAILED, name, 0))
+                continue
             try:
                 validate_topic_name(name)
-                stream = store.get_or_create(name) if auto_create else store.get(name)
+                stream = store.get(name)
+                if stream is None and auto_create:
+                    if not _may_create(ctx, name):
+                        raise TopicError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, name)
+                    stream = store.get_or_create(name)
             except TopicError as exc:
                 topics.append(TopicMetadata(exc.error_code, name, 0))
                 continue
@@ -64,6 +79,14 @@ async def metadata(ctx: GatewayContext, header: RequestHeader, body: Any) -> byt
                 topics.append(TopicMetadata(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name, 0))
             else:
                 topics.append(_topic_metadata(stream))
+    if getattr(body, "include_topic_authorized_operations", False):
+        topics = [_with_topic_operations(ctx, t) for t in topics]
+    cluster_ops = cluster_authorized_operations(
+        getattr(body, "include_cluster_authorized_operations", False)
+    )
+    if cluster_ops != NOT_REQUESTED:
+        ops = authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME)
+        cluster_ops = cluster_ops if ops is None else ops
     return encode_metadata_response(
         header.correlation_id,
         header.api_version,
@@ -72,11 +95,25 @@ async def metadata(ctx: GatewayContext, header: RequestHeader, body: Any) -> byt
         ctx.node_id,
         topics,
         ctx.node_id,
-        # v8-10; librdkafka's DescribeCluster asks through Metadata.
-        cluster_authorized_operations(
-            getattr(body, "include_cluster_authorized_operations", False)
-        ),
+        cluster_ops,  # v8-10; librdkafka's DescribeCluster asks through Metadata
     )
+
+
+def _may_create(ctx: GatewayContext, name: str) -> bool:
+    """Auto-creation needs CREATE on the cluster or on the topic, as in Kafka."""
+    return allowed(ctx, Operation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME) or allowed(
+        ctx, Operation.CREATE, ResourceType.TOPIC, name
+    )
+
+
+def _with_topic_operations(ctx: GatewayContext, topic: TopicMetadata) -> TopicMetadata:
+    if topic.error_code != ErrorCode.NONE or topic.name is None:
+        return topic
+    ops = authorized_operations(ctx, ResourceType.TOPIC, topic.name)
+    # Without an authorizer, every topic operation (as Kafka reports with no ACLs enforced).
+    if ops is None:
+        ops = sum(1 << op for op in SUPPORTED_OPERATIONS[ResourceType.TOPIC])
+    return dataclasses.replace(topic, authorized_operations=ops)
 
 
 def _topic_metadata(topic: Topic) -> TopicMetadata:

@@ -6,6 +6,8 @@ import uuid
 from contextvars import ContextVar
 from dataclasses import dataclass
 
+from core.acl.authorizer import Authorizer
+from core.acl.quotas import ClientQuotas
 from core.api import Store, Transactions
 from core.groups import GroupCoordinator
 
@@ -33,3 +35,6 @@ class GatewayContext:
     max_request_bytes: int = 100 * 1024 * 1024
     listener: str = ""  # the address actually listened on, host:port
     transactions: Transactions | None = None  # the transaction coordinator (core/txn)
+    # ACLs (gateway/auth): None = no authorizer, everything allowed (the embedded default).
+    authorizer: Authorizer | None = None
+    quotas: ClientQuotas | None = None  # client quotas, always on when the server runs

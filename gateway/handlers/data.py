@@ -9,6 +9,7 @@ from typing import Any
 
 import trio
 
+from core.acl.model import Operation, ResourceType
 from core.api import AppendResult, PendingAppend, StoreError, Topic, TopicError
 from core.errors import ErrorCode
 from core.produce_rules import Rewritten, apply_rules, rules_for
@@ -17,6 +18,7 @@ from gateway.errors import log_store_error
 from gateway.protocol.codec import RequestHeader
 from gateway.protocol.fetch_response import PartitionData, encode_fetch_response
 
+from .authz import allowed
 from .context import GatewayContext
 
 _VALID_ACKS = (-1, 0, 1)
@@ -178,6 +180,11 @@ async def _read_fetch(
             ErrorCode.UNKNOWN_TOPIC_ID
         )
         partitions = []
+        if stream is not None and not allowed(ctx, Operation.READ, ResourceType.TOPIC, stream.name):
+            denied = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            topics.append((key, [PartitionData(p.partition, denied) for p in topic.partitions]))
+            has_error = True
+            continue
         for part in topic.partitions:
             if stream is None:
                 partitions.append(PartitionData(part.partition, unknown))

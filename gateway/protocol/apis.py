@@ -47,6 +47,8 @@ class ApiKey(IntEnum):
     ALTER_PARTITION_REASSIGNMENTS = 45
     LIST_PARTITION_REASSIGNMENTS = 46
     OFFSET_DELETE = 47
+    DESCRIBE_CLIENT_QUOTAS = 48
+    ALTER_CLIENT_QUOTAS = 49
     DESCRIBE_CLUSTER = 60
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
@@ -104,7 +106,7 @@ SUPPORTED_APIS: dict[int, ApiSupport] = {
     ApiKey.ELECT_LEADERS: ApiSupport(0, 2, 2),
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: ApiSupport(0, 0, 0),
     ApiKey.LIST_PARTITION_REASSIGNMENTS: ApiSupport(0, 0, 0),
-    # SECURITY_DISABLED, as Kafka without an authorizer (gateway/handlers/acls.py).
+    # SECURITY_DISABLED without --authorizer, as Kafka without one (gateway/handlers/acls.py).
     ApiKey.DESCRIBE_ACLS: ApiSupport(1, 3, 2),
     ApiKey.CREATE_ACLS: ApiSupport(1, 3, 2),
     ApiKey.DELETE_ACLS: ApiSupport(1, 3, 2),
@@ -115,4 +117,7 @@ SUPPORTED_APIS: dict[int, ApiSupport] = {
     ApiKey.TXN_OFFSET_COMMIT: ApiSupport(0, 3, 3),
     ApiKey.DESCRIBE_TRANSACTIONS: ApiSupport(0, 0, 0),
     ApiKey.LIST_TRANSACTIONS: ApiSupport(0, 0, 0),
+    # Client quotas (gateway/handlers/quotas.py), enforced on Produce/Fetch (gateway/auth).
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: ApiSupport(0, 1, 1),
+    ApiKey.ALTER_CLIENT_QUOTAS: ApiSupport(0, 1, 1),
 }

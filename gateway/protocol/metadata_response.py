@@ -27,6 +27,7 @@ class TopicMetadata:
     name: str | None  # None: a topic asked for by an unknown id (v10+)
     partitions: int  # count; 0 with an error
     topic_id: uuid.UUID = uuid.UUID(int=0)
+    authorized_operations: int = _NO_OPERATIONS  # KIP-430, v8+
 
 
 @lru_cache(maxsize=512)
@@ -86,7 +87,7 @@ def encode_metadata_response(
             out.append(b"\x00")  # is_internal
         out.append(_partitions(version, node_id, topic.partitions))
         if version >= 8:
-            out.append(I32.pack(_NO_OPERATIONS))
+            out.append(I32.pack(topic.authorized_operations))
         if flexible:
             out.append(b"\x00")
     if 8 <= version <= 10:
