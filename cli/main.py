@@ -13,7 +13,7 @@ import importlib
 import logging
 import sys
 
-PLUGINS: tuple[str, ...] = ("cli.serve", "cli.groups", "cli.streams")
+PLUGINS: tuple[str, ...] = ("cli.serve", "cli.groups", "cli.streams", "cli.users")
 
 
 def build_parser(plugins: tuple[str, ...] = PLUGINS) -> argparse.ArgumentParser:

@@ -7,6 +7,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 
 from core.api import Store
+from core.credentials import Credentials
 from core.groups import GroupCoordinator
 
 NODE_ID = 1
@@ -20,6 +21,9 @@ CLIENT_HOST: ContextVar[str] = ContextVar("client_host", default="")
 # principal until SASL or a client certificate says otherwise. Set per connection by the
 # server (security), read by the authorizer (ACLs) and quotas.
 PRINCIPAL: ContextVar[str] = ContextVar("principal", default="User:ANONYMOUS")
+# The listener a connection came in on: (name, advertised host, advertised port); set per
+# connection, so Metadata and FindCoordinator send each client back through its listener.
+LISTENER: ContextVar[tuple[str, str, int] | None] = ContextVar("listener", default=None)
 
 
 @dataclass(slots=True)
@@ -32,3 +36,14 @@ class GatewayContext:
     max_message_bytes: int = 8 * 1024 * 1024
     max_request_bytes: int = 100 * 1024 * 1024
     listener: str = ""  # the address actually listened on, host:port
+    credentials: Credentials | None = None  # SCRAM credentials (SASL, kafka-configs.sh)
+    # Every listener as (name, bound host:port, advertised host:port), for broker configs.
+    listeners: tuple[tuple[str, str, str], ...] = ()
+
+
+def advertised_endpoint(ctx: GatewayContext) -> tuple[str, int]:
+    """The host and port to give this connection's client for this node."""
+    listener = LISTENER.get()
+    if listener is None:
+        return ctx.advertised_host, ctx.advertised_port
+    return listener[1], listener[2]

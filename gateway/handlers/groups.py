@@ -15,7 +15,7 @@ from core.errors import ErrorCode
 from core.groups import GroupState, JoinRequest, SyncRequest
 from gateway.protocol.codec import RequestHeader
 
-from .context import CLIENT_HOST, GatewayContext
+from .context import CLIENT_HOST, GatewayContext, advertised_endpoint
 
 _KEY_TYPE_GROUP, _KEY_TYPE_TRANSACTION = 0, 1
 # AclOperation bits a group supports (READ 3, DELETE 6, DESCRIBE 8), as Kafka reports them
@@ -29,11 +29,12 @@ async def find_coordinator(ctx: GatewayContext, header: RequestHeader, body: Any
     coordinator either."""
     key_type = getattr(body, "key_type", _KEY_TYPE_GROUP)
     if key_type == _KEY_TYPE_GROUP:
+        host, port = advertised_endpoint(ctx)
         return {
             "error_code": ErrorCode.NONE,
             "node_id": ctx.node_id,
-            "host": ctx.advertised_host,
-            "port": ctx.advertised_port,
+            "host": host,
+            "port": port,
         }
     if key_type == _KEY_TYPE_TRANSACTION:
         error, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, "transactions are not supported"

@@ -1,0 +1,214 @@
+"""The server side of SASL: one `SaslSession` per connection on a SASL listener.
+
+Kafka's exchange: SaslHandshake names the mechanism; after a v0 handshake the client sends
+raw size-prefixed tokens (no request header), after v1 it wraps each token in a
+SaslAuthenticate request. Until the exchange succeeds only ApiVersions, SaslHandshake and
+SaslAuthenticate are served (the server enforces that). A failure answers with Kafka's
+error (v1 framing) or nothing (v0), then the connection is closed.
+
+PLAIN is checked against the stored SCRAM credentials (derive with the stored salt and
+iterations, compare); SCRAM-SHA-256/512 runs RFC 5802 through `scramp`. Unknown users get
+a made-up credential, so they fail exactly like a wrong password and reveal nothing.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import hmac
+import os
+from dataclasses import dataclass
+
+import scramp  # type: ignore[import-untyped]
+import trio
+
+from core.credentials import (
+    MECHANISMS,
+    MIN_ITERATIONS,
+    Credentials,
+    ScramCredential,
+    password_matches,
+)
+
+# Kafka error codes of the SASL exchange.
+UNSUPPORTED_SASL_MECHANISM = 33
+ILLEGAL_SASL_STATE = 34
+SASL_AUTHENTICATION_FAILED = 58
+
+ALL_MECHANISMS = ("PLAIN", *MECHANISMS)
+# PBKDF2 for PLAIN is CPU work: a few threads, so logins never stall the event loop.
+_DERIVE_LIMITER = trio.CapacityLimiter(2)
+# Made-up credentials for unknown users are derived from this, stable for the process.
+_FAKE_SECRET = os.urandom(32)
+
+
+class AuthenticationFailed(Exception):
+    """The exchange failed; the message is what the client is told (nothing about users)."""
+
+
+class SaslStateError(Exception):
+    """A request out of order (ILLEGAL_SASL_STATE)."""
+
+
+class State(enum.Enum):
+    HANDSHAKE = "expecting SaslHandshake"
+    RAW_TOKENS = "expecting raw SASL tokens (handshake v0)"
+    AUTHENTICATE = "expecting SaslAuthenticate"
+    DONE = "authenticated"
+
+
+def parse_mechanisms(spec: str) -> tuple[str, ...]:
+    """`PLAIN,SCRAM-SHA-256` -> the enabled mechanisms, checked."""
+    names = tuple(dict.fromkeys(m.strip().upper() for m in spec.split(",") if m.strip()))
+    unknown = [m for m in names if m not in ALL_MECHANISMS]
+    if unknown or not names:
+        raise ValueError(
+            f"unknown SASL mechanism {', '.join(unknown) or '(none)'}: "
+            f"expected some of {', '.join(ALL_MECHANISMS)}"
+        )
+    return names
+
+
+@dataclass(slots=True)
+class _Step:
+    response: bytes
+    done: bool
+
+
+class _Plain:
+    failure = "Authentication failed: Invalid username or password"
+
+    def __init__(self, credentials: Credentials | None) -> None:
+        self.credentials = credentials
+        self.user = ""
+
+    async def step(self, token: bytes) -> _Step:
+        parts = token.split(b"\x00")
+        if len(parts) != 3:
+            raise AuthenticationFailed("Invalid SASL/PLAIN response: expected 3 tokens")
+        try:
+            authzid, user, password = (p.decode("utf-8") for p in parts)
+        except UnicodeDecodeError:
+            raise AuthenticationFailed(self.failure) from None
+        if authzid and authzid != user:
+            raise AuthenticationFailed(
+                "Authentication failed: Client requested an authorization id that is "
+                "different from username"
+            )
+        found = None
+        if self.credentials is not None and user:
+            for mechanism in MECHANISMS:
+                credential = await self.credentials.get(user, mechanism)
+                if credential is not None:
+                    found = (mechanism, credential)
+                    break
+        # An unknown user costs the same derivation as a known one.
+        mechanism, credential = found or ("SCRAM-SHA-256", _fake_credential(user))
+        ok = await trio.to_thread.run_sync(
+            password_matches, mechanism, credential, password, limiter=_DERIVE_LIMITER
+        )
+        if not ok or found is None:
+            raise AuthenticationFailed(self.failure)
+        self.user = user
+        return _Step(b"", done=True)
+
+
+class _Scram:
+    def __init__(self, mechanism: str, credentials: Credentials | None) -> None:
+        self.mechanism = mechanism
+        self.credentials = credentials
+        self.failure = (
+            "Authentication failed during authentication due to invalid credentials "
+            f"with SASL mechanism {mechanism}"
+        )
+        self.server: scramp.ScramServer | None = None
+        self.user = ""
+
+    async def step(self, token: bytes) -> _Step:
+        try:
+            message = token.decode("utf-8")
+        except UnicodeDecodeError:
+            raise AuthenticationFailed(self.failure) from None
+        try:
+            if self.server is None:
+                return await self._first(message)
+            self.server.set_client_final(message)
+            return _Step(self.server.get_server_final().encode(), done=True)
+        except scramp.ScramException:
+            raise AuthenticationFailed(self.failure) from None
+
+    async def _first(self, message: str) -> _Step:
+        user = _scram_username(message)
+        if user is None:
+            raise AuthenticationFailed(self.failure)
+        credential = None
+        if self.credentials is not None:
+            credential = await self.credentials.get(user, self.mechanism)
+        if credential is None:
+            credential = _fake_credential(user)
+        auth_info = (
+            credential.salt,
+            credential.stored_key,
+            credential.server_key,
+            credential.iterations,
+        )
+        self.server = scramp.ScramMechanism(self.mechanism).make_server(lambda _name: auth_info)
+        self.server.set_client_first(message)
+        self.user = user
+        return _Step(self.server.get_server_first().encode(), done=False)
+
+
+def _scram_username(client_first: str) -> str | None:
+    """The user of a client-first message (`n,,n=name,r=nonce`), saslname-decoded."""
+    parts = client_first.split(",")
+    if len(parts) < 4 or not parts[2].startswith("n="):
+        return None
+    return parts[2][2:].replace("=2C", ",").replace("=3D", "=")
+
+
+def _fake_credential(user: str) -> ScramCredential:
+    """A stable credential no password matches, for users that do not exist."""
+    seed = hmac.digest(_FAKE_SECRET, user.encode(), "sha256")
+    return ScramCredential(seed[:24], MIN_ITERATIONS, hashlib.sha256(seed).digest(), os.urandom(32))
+
+
+class SaslSession:
+    """One connection's SASL exchange; `principal` is set once it succeeds."""
+
+    def __init__(self, mechanisms: tuple[str, ...], credentials: Credentials | None) -> None:
+        self.mechanisms = mechanisms
+        self.credentials = credentials
+        self.state = State.HANDSHAKE
+        self.mechanism = ""
+        self.principal: str | None = None
+        self._exchange: _Plain | _Scram | None = None
+
+    @property
+    def authenticated(self) -> bool:
+        return self.state is State.DONE
+
+    def handshake(self, version: int, mechanism: str) -> dict[str, object]:
+        """Answer SaslHandshake; raises SaslStateError out of order. The caller closes
+        the connection after any error code."""
+        if self.state is not State.HANDSHAKE:
+            raise SaslStateError(f"SaslHandshake while {self.state.value}")
+        if mechanism not in self.mechanisms:
+            return {"error_code": UNSUPPORTED_SASL_MECHANISM, "mechanisms": self.mechanisms}
+        self.mechanism = mechanism
+        self._exchange = (
+            _Plain(self.credentials)
+            if mechanism == "PLAIN"
+            else _Scram(mechanism, self.credentials)
+        )
+        self.state = State.RAW_TOKENS if version == 0 else State.AUTHENTICATE
+        return {"error_code": 0, "mechanisms": self.mechanisms}
+
+    async def step(self, token: bytes) -> bytes:
+        """Feed one client token; the server's token back. Raises AuthenticationFailed."""
+        if self.state not in (State.RAW_TOKENS, State.AUTHENTICATE) or self._exchange is None:
+            raise SaslStateError(f"SASL token while {self.state.value}")
+        result = await self._exchange.step(token)
+        if result.done:
+            self.state = State.DONE
+            self.principal = f"User:{self._exchange.user}"
+        return result.response
