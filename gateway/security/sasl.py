@@ -7,19 +7,21 @@ SaslAuthenticate are served (the server enforces that). A failure answers with K
 error (v1 framing) or nothing (v0), then the connection is closed.
 
 PLAIN is checked against the stored SCRAM credentials (derive with the stored salt and
-iterations, compare); SCRAM-SHA-256/512 runs RFC 5802 through `scramp`. Unknown users get
+iterations, compare); SCRAM-SHA-256/512 is RFC 5802 with hashlib/hmac (scramp's exact
+nonce check would refuse librdkafka <= 2.0, which Kafka accepts). Unknown users get
 a made-up credential, so they fail exactly like a wrong password and reveal nothing.
 """
 
 from __future__ import annotations
 
+import base64
 import enum
 import hashlib
 import hmac
 import os
+import secrets
 from dataclasses import dataclass
 
-import scramp  # type: ignore[import-untyped]
 import trio
 
 from core.credentials import (
@@ -114,56 +116,90 @@ class _Plain:
 
 
 class _Scram:
+    """RFC 5802 server side. Like Kafka's ScramSaslServer, the client-final nonce only has to
+    end with the server's nonce: librdkafka up to 2.0 repeats its own nonce in front."""
+
     def __init__(self, mechanism: str, credentials: Credentials | None) -> None:
         self.mechanism = mechanism
+        self.hash = MECHANISMS[mechanism][1]
         self.credentials = credentials
         self.failure = (
             "Authentication failed during authentication due to invalid credentials "
             f"with SASL mechanism {mechanism}"
         )
-        self.server: scramp.ScramServer | None = None
         self.user = ""
+        self._credential: ScramCredential | None = None
+        self._known = False
+        self._client_first_bare = ""
+        self._server_first = ""
+        self._nonce = ""
 
     async def step(self, token: bytes) -> _Step:
         try:
             message = token.decode("utf-8")
         except UnicodeDecodeError:
             raise AuthenticationFailed(self.failure) from None
-        try:
-            if self.server is None:
-                return await self._first(message)
-            self.server.set_client_final(message)
-            return _Step(self.server.get_server_final().encode(), done=True)
-        except scramp.ScramException:
-            raise AuthenticationFailed(self.failure) from None
+        if self._credential is None:
+            return await self._first(message)
+        return self._final(message)
 
     async def _first(self, message: str) -> _Step:
-        user = _scram_username(message)
-        if user is None:
+        # gs2 header: no channel binding ("n"), optional authzid equal to the user.
+        gs2, _, bare = message.partition(",")
+        authzid, _, bare = bare.partition(",")
+        fields = _attributes(bare)
+        user = _unescape(fields.get("n", ""))
+        nonce = fields.get("r", "")
+        if gs2 != "n" or (authzid and authzid != f"a={fields.get('n', '')}"):
+            raise AuthenticationFailed(self.failure)
+        if not user or not nonce or "m" in fields:
             raise AuthenticationFailed(self.failure)
         credential = None
         if self.credentials is not None:
             credential = await self.credentials.get(user, self.mechanism)
-        if credential is None:
-            credential = _fake_credential(user)
-        auth_info = (
-            credential.salt,
-            credential.stored_key,
-            credential.server_key,
-            credential.iterations,
-        )
-        self.server = scramp.ScramMechanism(self.mechanism).make_server(lambda _name: auth_info)
-        self.server.set_client_first(message)
+        self._known = credential is not None
+        self._credential = credential or _fake_credential(user)
         self.user = user
-        return _Step(self.server.get_server_first().encode(), done=False)
+        self._client_first_bare = bare
+        self._nonce = nonce + secrets.token_hex(16)
+        salt = base64.b64encode(self._credential.salt).decode()
+        self._server_first = f"r={self._nonce},s={salt},i={self._credential.iterations}"
+        return _Step(self._server_first.encode(), done=False)
+
+    def _final(self, message: str) -> _Step:
+        assert self._credential is not None
+        without_proof, sep, proof_part = message.rpartition(",p=")
+        fields = _attributes(without_proof)
+        if not sep or not fields.get("r", "").endswith(self._nonce):
+            raise AuthenticationFailed(self.failure)
+        try:
+            proof = base64.b64decode(proof_part, validate=True)
+        except ValueError:
+            raise AuthenticationFailed(self.failure) from None
+        auth_message = f"{self._client_first_bare},{self._server_first},{without_proof}".encode()
+        signature = hmac.digest(self._credential.stored_key, auth_message, self.hash)
+        if len(proof) != len(signature):
+            raise AuthenticationFailed(self.failure)
+        client_key = bytes(a ^ b for a, b in zip(proof, signature, strict=True))
+        computed = hashlib.new(self.hash, client_key).digest()
+        if not hmac.compare_digest(computed, self._credential.stored_key) or not self._known:
+            raise AuthenticationFailed(self.failure)
+        server_signature = hmac.digest(self._credential.server_key, auth_message, self.hash)
+        return _Step(b"v=" + base64.b64encode(server_signature), done=True)
 
 
-def _scram_username(client_first: str) -> str | None:
-    """The user of a client-first message (`n,,n=name,r=nonce`), saslname-decoded."""
-    parts = client_first.split(",")
-    if len(parts) < 4 or not parts[2].startswith("n="):
-        return None
-    return parts[2][2:].replace("=2C", ",").replace("=3D", "=")
+def _attributes(message: str) -> dict[str, str]:
+    """`a=1,b=2` -> {"a": "1", "b": "2"} (values may contain "=")."""
+    result: dict[str, str] = {}
+    for item in message.split(","):
+        key, sep, value = item.partition("=")
+        if sep and len(key) == 1:
+            result.setdefault(key, value)
+    return result
+
+
+def _unescape(saslname: str) -> str:
+    return saslname.replace("=2C", ",").replace("=3D", "=")
 
 
 def _fake_credential(user: str) -> ScramCredential:
