@@ -8,6 +8,7 @@ import logging
 import os
 import signal
 import socket
+import ssl
 from dataclasses import dataclass, field
 
 import trio
@@ -20,7 +21,6 @@ from core.tiering import TierSettings
 from gateway.handlers.context import GatewayContext
 from gateway.security.listeners import Listener, ListenerSetup
 from gateway.security.sasl import ALL_MECHANISMS
-from gateway.security.tls import server_context
 from gateway.server import Gateway, ServerSettings
 
 log = logging.getLogger("streamgate")
@@ -49,9 +49,7 @@ class Settings:
     # PLAINTEXT listener on listen_host:listen_port advertised as above.
     listeners: list[Listener] | None = None
     advertised_listeners: dict[str, tuple[str, int]] = field(default_factory=dict)
-    ssl_certfile: str | None = None
-    ssl_keyfile: str | None = None
-    ssl_cafile: str | None = None
+    ssl_context: ssl.SSLContext | None = None  # for SSL/SASL_SSL listeners (cli.serve)
     ssl_client_auth: str = "none"
     sasl_mechanisms: tuple[str, ...] = ALL_MECHANISMS
 
@@ -126,16 +124,7 @@ async def _serve_tcp(
     listeners = settings.listeners or [
         Listener("PLAINTEXT", "PLAINTEXT", settings.listen_host, settings.listen_port)
     ]
-    ssl_context = None
-    if any(listener.uses_tls for listener in listeners):
-        if not settings.ssl_certfile:
-            raise SystemExit("an SSL or SASL_SSL listener needs --ssl-certfile (PEM)")
-        ssl_context = server_context(
-            settings.ssl_certfile,
-            settings.ssl_keyfile,
-            settings.ssl_cafile,
-            settings.ssl_client_auth,
-        )
+    ssl_context = settings.ssl_context
     opened = []
     for listener in listeners:
         sockets = await trio.open_tcp_listeners(listener.port, host=listener.host or None)

@@ -19,7 +19,7 @@ from gateway.security.listeners import (
     parse_protocol_map,
 )
 from gateway.security.sasl import ALL_MECHANISMS, parse_mechanisms
-from gateway.security.tls import CLIENT_AUTH
+from gateway.security.tls import CLIENT_AUTH, server_context
 
 
 def _host_port(value: str) -> tuple[str, int]:
@@ -276,7 +276,14 @@ def run(args: argparse.Namespace) -> int:
     try:
         listeners, advertised_listeners = _resolve_listeners(args)
         mechanisms = parse_mechanisms(args.sasl_enabled_mechanisms)
-    except (ListenerError, ValueError) as exc:
+        ssl_context = None
+        if any(listener.uses_tls for listener in listeners or ()):
+            if not args.ssl_certfile:
+                raise ValueError("an SSL or SASL_SSL listener needs --ssl-certfile (PEM)")
+            ssl_context = server_context(
+                args.ssl_certfile, args.ssl_keyfile, args.ssl_cafile, args.ssl_client_auth
+            )
+    except (ListenerError, ValueError, OSError) as exc:  # ssl.SSLError is an OSError
         raise SystemExit(f"streamgate serve: {exc}") from None
     _raise_open_file_limit()
     advertised_host, advertised_port = args.advertised_listener or (None, None)
@@ -288,9 +295,7 @@ def run(args: argparse.Namespace) -> int:
         listen_port=listen_port,
         listeners=listeners,
         advertised_listeners=advertised_listeners,
-        ssl_certfile=args.ssl_certfile,
-        ssl_keyfile=args.ssl_keyfile,
-        ssl_cafile=args.ssl_cafile,
+        ssl_context=ssl_context,
         ssl_client_auth=args.ssl_client_auth,
         sasl_mechanisms=mechanisms,
         data_dir=args.data_dir,

@@ -280,7 +280,8 @@ class Gateway:
                 _client_faults.info("SASL %s authentication failed: %s", sasl.mechanism, exc)
                 slot.fill(None, close_connection=True)
                 return
-            self._authenticated(sasl)
+            if sasl.authenticated:
+                self._authenticated(sasl)
             slot.fill(_framed(token))
             return
         try:
