@@ -106,13 +106,37 @@ class _Plain:
                     break
         # An unknown user costs the same derivation as a known one.
         mechanism, credential = found or ("SCRAM-SHA-256", _fake_credential(user))
-        ok = await trio.to_thread.run_sync(
-            password_matches, mechanism, credential, password, limiter=_DERIVE_LIMITER
+        remembered = _PLAIN_VERIFIED.get(user)
+        ok = (
+            found is not None
+            and remembered is not None
+            and hmac.compare_digest(remembered, _verified_key(credential, password))
         )
+        if not ok:
+            ok = await trio.to_thread.run_sync(
+                password_matches, mechanism, credential, password, limiter=_DERIVE_LIMITER
+            )
         if not ok or found is None:
             raise AuthenticationFailed(self.failure)
+        _remember_plain(user, _verified_key(credential, password))
         self.user = user
         return _Step(b"", done=True)
+
+
+# PLAIN logins that passed PBKDF2, so reconnecting clients skip it: user -> a keyed digest
+# of (stored key, password), in memory only. A changed credential no longer matches.
+_PLAIN_VERIFIED: dict[str, bytes] = {}
+_PLAIN_VERIFIED_MAX = 4096
+
+
+def _verified_key(credential: ScramCredential, password: str) -> bytes:
+    return hmac.digest(_FAKE_SECRET, credential.stored_key + password.encode(), "sha256")
+
+
+def _remember_plain(user: str, key: bytes) -> None:
+    if len(_PLAIN_VERIFIED) >= _PLAIN_VERIFIED_MAX:
+        _PLAIN_VERIFIED.clear()
+    _PLAIN_VERIFIED[user] = key
 
 
 class _Scram:
