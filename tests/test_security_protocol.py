@@ -353,3 +353,51 @@ def test_network_listener_without_authentication_warns_once(tmp_path):
 def test_loopback_default_does_not_warn(secure):
     gw, _listeners = secure
     assert "without authentication" not in gw.log_tail()
+
+
+def test_users_cli_bootstraps_the_first_user(tmp_path):
+    """`streamgate users add` before the first start; PLAIN and SCRAM logins work, and the
+    password is nowhere in the data dir."""
+    from confluent_kafka import Producer
+
+    data = tmp_path / "data"
+    secret = "first-admin-Secret-9"
+    added = subprocess.run(
+        [sys.executable, "-m", "gateway", "users", "add", "admin", "--data-dir", str(data)],
+        input=secret + "\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert added.returncode == 0, added.stderr
+    listed = subprocess.run(
+        [sys.executable, "-m", "gateway", "users", "list", "--data-dir", str(data)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "admin SCRAM-SHA-256(iterations=4096) SCRAM-SHA-512(iterations=4096)" in listed.stdout
+    port = free_port()
+    gw = Gateway(
+        data, tmp_path / "server.log", ["--listeners", f"SASL_PLAINTEXT://127.0.0.1:{port}"]
+    )
+    gw.start_fresh()
+    try:
+        for mechanism in MECHANISMS:
+            producer = Producer(
+                {
+                    "bootstrap.servers": f"127.0.0.1:{port}",
+                    "security.protocol": "SASL_PLAINTEXT",
+                    "sasl.mechanism": mechanism,
+                    "sasl.username": "admin",
+                    "sasl.password": secret,
+                }
+            )
+            producer.produce("cli-users", b"x")
+            assert producer.flush(30) == 0, mechanism
+    finally:
+        gw.close()
+    for path in data.rglob("*"):
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes(), path
+    assert secret not in (tmp_path / "server.log").read_text()
