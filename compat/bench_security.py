@@ -148,8 +148,15 @@ def connection_rate(
 
 
 def measure(
-    name: str, plain: str, secure: str, certs: Certs, total_mb: int, mechanism: str
+    name: str,
+    plain: str,
+    secure: str,
+    certs: Certs,
+    total_mb: int,
+    mechanism: str,
+    extra: dict[str, str] | None = None,
 ) -> dict[str, Any]:
+    """`extra`: more listeners to time connections on ({"SSL": bootstrap, ...})."""
     tls = ssl.create_default_context(cafile=str(certs.ca))
     result: dict[str, Any] = {"server": name}
     print(f"{name}: plaintext throughput", flush=True)
@@ -164,18 +171,29 @@ def measure(
         "plaintext": connection_rate(plain, None, False),
         "sasl_ssl_plain": connection_rate(secure, tls, True),
     }
+    for protocol, bootstrap in (extra or {}).items():
+        key = protocol.lower() + ("_plain" if "SASL" in protocol else "")
+        result["connections_per_s"][key] = connection_rate(
+            bootstrap, tls if "SSL" in protocol else None, "SASL" in protocol
+        )
     print(json.dumps(result), flush=True)
     return result
 
 
 def run_streamgate(base: Path, certs: Certs, total_mb: int) -> dict[str, Any]:
-    listeners = SecureListeners(certs, ports={"SASL_SSL": free_port()}, client_auth="none")
+    listeners = SecureListeners(certs, client_auth="none")
     gw = Gateway(base / "sg-data", base / "sg.log", listeners.gateway_args(), default_partitions=1)
     gw.start_fresh()
     try:
         add_scram_user(gw.bootstrap, USER, PASSWORD)
         return measure(
-            "streamgate", gw.bootstrap, listeners.bootstrap("SASL_SSL"), certs, total_mb, "PLAIN"
+            "streamgate",
+            gw.bootstrap,
+            listeners.bootstrap("SASL_SSL"),
+            certs,
+            total_mb,
+            "PLAIN",
+            {p: listeners.bootstrap(p) for p in ("SSL", "SASL_PLAINTEXT")},
         )
     finally:
         gw.close()
@@ -202,7 +220,7 @@ def run_kafka(base: Path, certs: Certs, total_mb: int) -> dict[str, Any]:
             "sasl.enabled.mechanisms": "PLAIN",
             "listener.name.sasl_ssl.plain.sasl.jaas.config": jaas,
             "ssl.keystore.type": "PEM",
-            "ssl.keystore.location": str(certs.server),
+            "ssl.keystore.location": str(certs.server_pkcs8),
         }
     )
     broker.start()

@@ -27,10 +27,12 @@ class Certs:
     client: Path  # PEM key + certificate chain of a client (mutual TLS)
     client_cert: Path  # the client's certificate chain alone
     client_key: Path  # the client's key alone
+    server_pkcs8: Path  # the server's PKCS#8 key + chain (Kafka's PEM keystore wants PKCS#8)
 
 
 def make_certs(folder: Path) -> Certs:
     import trustme  # a test dependency
+    from cryptography.hazmat.primitives import serialization
 
     folder.mkdir(parents=True, exist_ok=True)
     ca = trustme.CA()
@@ -45,11 +47,19 @@ def make_certs(folder: Path) -> Certs:
         folder / "client.pem",
         folder / "client-cert.pem",
         folder / "client-key.pem",
+        folder / "server-pkcs8.pem",
     )
     ca.cert_pem.write_to_path(str(paths.ca))
     server.private_key_and_cert_chain_pem.write_to_path(str(paths.server))
     client.private_key_and_cert_chain_pem.write_to_path(str(paths.client))
     client.private_key_pem.write_to_path(str(paths.client_key))
+    key = serialization.load_pem_private_key(server.private_key_pem.bytes(), password=None)
+    pkcs8 = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    paths.server_pkcs8.write_bytes(pkcs8 + b"".join(c.bytes() for c in server.cert_chain_pems))
     for i, blob in enumerate(client.cert_chain_pems):
         blob.write_to_path(str(paths.client_cert), append=i > 0)
     return paths
