@@ -186,7 +186,7 @@ class Gateway:
         except* _CloseConnection as group:
             _client_faults.info("%s: closing connection: %s", peer, group.exceptions[0])
         except* (FrameError, ProtocolError) as group:
-            log.warning("%s: closing connection: %s", peer, group.exceptions[0])
+            _client_faults.warning("%s: closing connection: %s", peer, group.exceptions[0])
         except* (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError) as group:
             log.debug("%s: connection lost: %s", peer, group.exceptions[0])
         except* Exception:
@@ -211,7 +211,12 @@ class Gateway:
             return None
         certificate = tls.getpeercert(binary_form=True)
         if certificate:
-            PRINCIPAL.set(principal_from_certificate(certificate))
+            try:
+                PRINCIPAL.set(principal_from_certificate(certificate))
+            except ValueError as exc:  # verified by OpenSSL, yet unreadable: refuse it
+                _client_faults.info("%s: unusable client certificate: %s", peer, exc)
+                await trio.aclose_forcefully(tls)
+                return None
         return tls
 
     async def _serve(self, stream: trio.abc.Stream, sasl: SaslSession | None = None) -> None:
