@@ -232,3 +232,17 @@ def test_mutual_tls_client_certificate(secure):
     producer = Producer(conf)
     producer.produce(unique_topic("mtls"), b"x")
     assert producer.flush(30) == 0
+
+
+@pytest.mark.parametrize("protocol", ["SASL_SSL", "SSL"])
+def test_describe_cluster_names_the_listener(secure, protocol):
+    from confluent_kafka.admin import AdminClient
+
+    _gw, listeners = secure
+    admin = AdminClient(
+        _confluent_conf(listeners, protocol, "SCRAM-SHA-512" if "SASL" in protocol else None)
+    )
+    cluster = admin.describe_cluster(request_timeout=30).result(timeout=30)
+    assert [(node.host, node.port) for node in cluster.nodes] == [
+        ("127.0.0.1", listeners.ports[protocol])
+    ]

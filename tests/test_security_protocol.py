@@ -401,3 +401,11 @@ def test_users_cli_bootstraps_the_first_user(tmp_path):
         if path.is_file():
             assert secret.encode() not in path.read_bytes(), path
     assert secret not in (tmp_path / "server.log").read_text()
+
+
+def test_oversized_frame_before_authentication_closes(secure):
+    """Kafka's sasl.server.max.receive.size (512 KiB) before authentication."""
+    _gw, listeners = secure
+    sock = _connect(listeners, "SASL_PLAINTEXT")
+    sock.sendall(struct.pack(">i", 600 * 1024) + b"\x00" * 1024)
+    assert connection_closed(sock)
