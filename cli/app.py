@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import functools
+import ipaddress
 import logging
+import os
 import signal
 import socket
+import ssl
 from dataclasses import dataclass, field
 
 import trio
@@ -13,11 +17,14 @@ from admin.http import AdminServer
 from cli.acl_flags import AclSettings
 from core.acl.authorizer import Authorizer
 from core.acl.quotas import ClientQuotas
+from core.credentials import Credentials, SQLiteCredentialStore
 from core.groups import GroupCoordinator, GroupSettings
 from core.store import StoreSettings, StreamStore
 from core.tiering import TierSettings
 from core.txn import TransactionCoordinator
 from gateway.handlers.context import GatewayContext
+from gateway.security.listeners import Listener, ListenerSetup
+from gateway.security.sasl import ALL_MECHANISMS
 from gateway.server import Gateway, ServerSettings
 
 log = logging.getLogger("streamgate")
@@ -43,6 +50,13 @@ class Settings:
     s3_endpoint: str | None = None
     tier: TierSettings = field(default_factory=TierSettings)
     acl: AclSettings = field(default_factory=AclSettings)
+    # --listeners (security): every listener, first one is the main one; None: one
+    # PLAINTEXT listener on listen_host:listen_port advertised as above.
+    listeners: list[Listener] | None = None
+    advertised_listeners: dict[str, tuple[str, int]] = field(default_factory=dict)
+    ssl_context: ssl.SSLContext | None = None  # for SSL/SASL_SSL listeners (cli.serve)
+    ssl_client_auth: str = "none"
+    sasl_mechanisms: tuple[str, ...] = ALL_MECHANISMS
 
 
 async def serve(settings: Settings) -> None:
@@ -60,6 +74,10 @@ async def serve(settings: Settings) -> None:
     )
     async with trio.open_nursery() as root:
         await root.start(store.run)
+        credentials = Credentials(
+            SQLiteCredentialStore(os.path.join(settings.data_dir, "metadata.db")),
+            store.worker.call,
+        )
         groups = GroupCoordinator(
             store.metadata,
             GroupSettings(initial_rebalance_delay=settings.group_initial_rebalance_delay_ms / 1000),
@@ -83,7 +101,7 @@ async def serve(settings: Settings) -> None:
                             admin[0].socket.getsockname()[1],
                         )
                     listeners = await server_nursery.start(
-                        _serve_tcp, settings, store, groups, server_nursery, txns
+                        _serve_tcp, settings, store, groups, server_nursery, txns, credentials
                     )
                     port = listeners[0].socket.getsockname()[1]
                     log.info(
@@ -100,6 +118,7 @@ async def serve(settings: Settings) -> None:
             txns.stop()
             groups.stop()
             store.stop()  # flushers drain what is queued, then the store closes
+            credentials.backend.close()
 
 
 async def _serve_tcp(
@@ -108,18 +127,53 @@ async def _serve_tcp(
     groups: GroupCoordinator,
     nursery: trio.Nursery,
     transactions: TransactionCoordinator | None,
+    credentials: Credentials,
     task_status: trio.TaskStatus[list[trio.SocketListener]],
 ) -> None:
-    listeners = await trio.open_tcp_listeners(settings.listen_port, host=settings.listen_host)
-    port = listeners[0].socket.getsockname()[1]
+    listeners = settings.listeners or [
+        Listener("PLAINTEXT", "PLAINTEXT", settings.listen_host, settings.listen_port)
+    ]
+    ssl_context = settings.ssl_context
+    opened = []
+    for listener in listeners:
+        sockets = await trio.open_tcp_listeners(listener.port, host=listener.host or None)
+        opened.append((listener, sockets))
+    setups = []
+    for listener, sockets in opened:
+        port = sockets[0].socket.getsockname()[1]
+        host, adv_port = settings.advertised_listeners.get(listener.name, (None, None))
+        if settings.listeners is None:  # --listen: the older --advertised-listener applies
+            host, adv_port = settings.advertised_host, settings.advertised_port
+        setups.append(
+            ListenerSetup(
+                listener=listener,
+                advertised_host=host or _default_advertised_host(listener.host),
+                advertised_port=adv_port or port,
+                ssl_context=ssl_context if listener.uses_tls else None,
+                sasl_mechanisms=settings.sasl_mechanisms if listener.uses_sasl else (),
+            )
+        )
+    main_listener, main_sockets = opened[0]
+    main_port = main_sockets[0].socket.getsockname()[1]
     ctx = GatewayContext(
         store=store,
-        advertised_host=settings.advertised_host or _default_advertised_host(settings.listen_host),
-        advertised_port=settings.advertised_port or port,
+        advertised_host=setups[0].advertised_host,
+        advertised_port=setups[0].advertised_port,
         groups=groups,
         max_message_bytes=settings.max_message_bytes,
         max_request_bytes=settings.max_request_bytes,
-        listener=f"{settings.listen_host}:{port}",
+        listener=f"{main_listener.host}:{main_port}",
+        credentials=credentials,
+        listeners=tuple(
+            (
+                setup.listener.name,
+                f"{setup.listener.host}:{sockets[0].socket.getsockname()[1]}",
+                f"{setup.advertised_host}:{setup.advertised_port}",
+            )
+            for setup, (_, sockets) in zip(setups, opened, strict=True)
+        )
+        if settings.listeners is not None
+        else (),
         transactions=transactions,
     )
     server_settings = ServerSettings(
@@ -139,8 +193,54 @@ async def _serve_tcp(
             settings.acl.authorizer.allow_everyone_if_no_acl_found,
         )
     gateway = Gateway(ctx, server_settings)
-    task_status.started(listeners)
-    await trio.serve_listeners(gateway.handle_connection, listeners, handler_nursery=nursery)
+    _warn_unauthenticated(setups, settings.ssl_client_auth)
+    task_status.started(main_sockets)
+    async with trio.open_nursery() as serving:
+        for setup, (listener, sockets) in zip(setups, opened, strict=True):
+            if settings.listeners is not None:
+                log.info(
+                    "listener %s (%s) on %s:%d, advertised as %s:%d",
+                    listener.name,
+                    listener.protocol,
+                    listener.host,
+                    sockets[0].socket.getsockname()[1],
+                    setup.advertised_host,
+                    setup.advertised_port,
+                )
+            handler = functools.partial(gateway.handle_connection, setup=setup)
+            serving.start_soon(
+                functools.partial(trio.serve_listeners, handler, sockets, handler_nursery=nursery)
+            )
+
+
+def _warn_unauthenticated(setups: list[ListenerSetup], client_auth: str) -> None:
+    """One clear warning when clients from the network need no credentials."""
+    exposed = [
+        f"{setup.listener.name}://{setup.listener.host}:{setup.listener.port}"
+        for setup in setups
+        if not _is_loopback(setup.listener.host)
+        and (
+            setup.listener.protocol == "PLAINTEXT"
+            or (setup.listener.protocol == "SSL" and client_auth != "required")
+        )
+    ]
+    if exposed:
+        log.warning(
+            "SECURITY: %s accept(s) clients from the network without authentication; "
+            "anyone who can reach it may read, write and delete every topic. Use a "
+            "SASL_SSL listener (or SSL with --ssl-client-auth required) for non-loopback "
+            "addresses.",
+            ", ".join(exposed),
+        )
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a wildcard ("") or a name: assume reachable
 
 
 def _default_advertised_host(listen_host: str) -> str:

@@ -13,7 +13,14 @@ import importlib
 import logging
 import sys
 
-PLUGINS: tuple[str, ...] = ("cli.serve", "cli.groups", "cli.streams", "bridge.cli", "compat.cli")
+PLUGINS: tuple[str, ...] = (
+    "cli.serve",
+    "cli.groups",
+    "cli.streams",
+    "cli.users",
+    "bridge.cli",
+    "compat.cli",
+)
 
 
 def build_parser(plugins: tuple[str, ...] = PLUGINS) -> argparse.ArgumentParser:

@@ -12,6 +12,15 @@ import trio
 from cli import acl_flags
 from cli.app import Settings, serve
 from core.tiering import TierSettings
+from gateway.security.listeners import (
+    Listener,
+    ListenerError,
+    match_advertised,
+    parse_listeners,
+    parse_protocol_map,
+)
+from gateway.security.sasl import ALL_MECHANISMS, parse_mechanisms
+from gateway.security.tls import CLIENT_AUTH, server_context
 
 
 def _host_port(value: str) -> tuple[str, int]:
@@ -38,11 +47,13 @@ def register(commands: argparse._SubParsersAction) -> None:
     """Add the `serve` command."""
     serve_cmd = commands.add_parser("serve", help="run the Kafka-protocol gateway")
     serve_cmd.set_defaults(run=run)
+    listen = _env("LISTEN")
     serve_cmd.add_argument(
         "--listen",
         type=_host_port,
-        default=_host_port(_env("LISTEN") or "127.0.0.1:9092"),
-        help="address to listen on (STREAMGATE_LISTEN, default 127.0.0.1:9092)",
+        default=_host_port(listen) if listen else None,
+        help="address of the one PLAINTEXT listener (STREAMGATE_LISTEN, default "
+        "127.0.0.1:9092 unless --listeners is given; with --listeners it is added to them)",
     )
     serve_cmd.add_argument(
         "--data-dir",
@@ -168,11 +179,89 @@ def register(commands: argparse._SubParsersAction) -> None:
         "connections.max.idle.ms)",
     )
     acl_flags.add_arguments(serve_cmd)
+    _add_security_arguments(serve_cmd)
     serve_cmd.add_argument(
         "--log-level",
         default=_env("LOG_LEVEL", "INFO"),
         help="DEBUG, INFO, WARNING (STREAMGATE_LOG_LEVEL)",
     )
+
+
+def _add_security_arguments(serve_cmd: argparse.ArgumentParser) -> None:
+    group = serve_cmd.add_argument_group(
+        "listeners and security",
+        "Kafka-style listeners with TLS and SASL. SASL users are SCRAM credentials in the "
+        "metadata store: create the first one with `streamgate users add`, then manage them "
+        "with kafka-configs.sh --entity-type users.",
+    )
+    group.add_argument(
+        "--listeners",
+        default=_env("LISTENERS"),
+        help="NAME://HOST:PORT,... with NAME a security protocol (PLAINTEXT, SSL, "
+        "SASL_PLAINTEXT, SASL_SSL) or mapped to one (STREAMGATE_LISTENERS)",
+    )
+    group.add_argument(
+        "--advertised-listeners",
+        default=_env("ADVERTISED_LISTENERS"),
+        help="NAME://HOST:PORT,... given to clients of each listener, matched by name "
+        "(STREAMGATE_ADVERTISED_LISTENERS; default: the listener's own address)",
+    )
+    group.add_argument(
+        "--listener-security-protocol-map",
+        default=_env("LISTENER_SECURITY_PROTOCOL_MAP"),
+        help="NAME:PROTOCOL,... for listeners not named after their protocol "
+        "(STREAMGATE_LISTENER_SECURITY_PROTOCOL_MAP)",
+    )
+    group.add_argument(
+        "--ssl-certfile",
+        default=_env("SSL_CERTFILE"),
+        help="PEM certificate chain of SSL/SASL_SSL listeners (STREAMGATE_SSL_CERTFILE)",
+    )
+    group.add_argument(
+        "--ssl-keyfile",
+        default=_env("SSL_KEYFILE"),
+        help="PEM private key, if not in the certificate file (STREAMGATE_SSL_KEYFILE)",
+    )
+    group.add_argument(
+        "--ssl-cafile",
+        default=_env("SSL_CAFILE"),
+        help="PEM CAs that client certificates must chain to (STREAMGATE_SSL_CAFILE)",
+    )
+    group.add_argument(
+        "--ssl-client-auth",
+        choices=tuple(CLIENT_AUTH),
+        default=_env("SSL_CLIENT_AUTH", "none"),
+        help="ask TLS clients for a certificate, whose subject becomes the principal "
+        "(STREAMGATE_SSL_CLIENT_AUTH, default none)",
+    )
+    group.add_argument(
+        "--sasl-enabled-mechanisms",
+        default=_env("SASL_ENABLED_MECHANISMS", ",".join(ALL_MECHANISMS)),
+        help="mechanisms of SASL listeners (STREAMGATE_SASL_ENABLED_MECHANISMS, default "
+        + ",".join(ALL_MECHANISMS)
+        + ")",
+    )
+
+
+def _resolve_listeners(
+    args: argparse.Namespace,
+) -> tuple[list[Listener] | None, dict[str, tuple[str, int]]]:
+    """--listeners (plus --listen as a PLAINTEXT listener when given too), or None for the
+    single --listen listener."""
+    if not args.listeners:
+        if args.advertised_listeners:
+            raise ListenerError("--advertised-listeners needs --listeners")
+        return None, {}
+    protocol_map = parse_protocol_map(args.listener_security_protocol_map)
+    listeners = parse_listeners(args.listeners, protocol_map)
+    if args.listen is not None:
+        if any(listener.name == "PLAINTEXT" for listener in listeners):
+            raise ListenerError("--listen and a PLAINTEXT listener in --listeners: give one")
+        listeners.insert(0, Listener("PLAINTEXT", "PLAINTEXT", args.listen[0], args.listen[1]))
+    advertised = match_advertised(listeners, args.advertised_listeners)
+    if args.advertised_listener is not None and args.listen is not None:
+        advertised.setdefault("PLAINTEXT", args.advertised_listener)
+    return listeners, advertised
 
 
 def _raise_open_file_limit() -> None:
@@ -186,11 +275,31 @@ def _raise_open_file_limit() -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        listeners, advertised_listeners = _resolve_listeners(args)
+        mechanisms = parse_mechanisms(args.sasl_enabled_mechanisms)
+        ssl_context = None
+        if any(listener.uses_tls for listener in listeners or ()):
+            if not args.ssl_certfile:
+                raise ValueError("an SSL or SASL_SSL listener needs --ssl-certfile (PEM)")
+            ssl_context = server_context(
+                args.ssl_certfile, args.ssl_keyfile, args.ssl_cafile, args.ssl_client_auth
+            )
+    except (ListenerError, ValueError, OSError) as exc:  # ssl.SSLError is an OSError
+        raise SystemExit(f"streamgate serve: {exc}") from None
     _raise_open_file_limit()
     advertised_host, advertised_port = args.advertised_listener or (None, None)
+    listen_host, listen_port = args.listen or ("127.0.0.1", 9092)
+    if listeners:
+        listen_host, listen_port = listeners[0].host, listeners[0].port
     settings = Settings(
-        listen_host=args.listen[0],
-        listen_port=args.listen[1],
+        listen_host=listen_host,
+        listen_port=listen_port,
+        listeners=listeners,
+        advertised_listeners=advertised_listeners,
+        ssl_context=ssl_context,
+        ssl_client_auth=args.ssl_client_auth,
+        sasl_mechanisms=mechanisms,
         data_dir=args.data_dir,
         advertised_host=advertised_host,
         advertised_port=advertised_port,

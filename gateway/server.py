@@ -33,7 +33,8 @@ from gateway.handlers import (
     replicas,
     txn,
 )
-from gateway.handlers.context import CLIENT_HOST, GatewayContext
+from gateway.handlers import security as security_handlers
+from gateway.handlers.context import CLIENT_HOST, LISTENER, PRINCIPAL, GatewayContext
 from gateway.protocol.apis import SUPPORTED_APIS, ApiKey
 from gateway.protocol.codec import (
     ProtocolError,
@@ -43,8 +44,21 @@ from gateway.protocol.codec import (
     encode_response,
 )
 from gateway.protocol.framing import FrameDecoder, FrameError
+from gateway.security.listeners import ListenerSetup
+from gateway.security.ratelimit import RateLimitedLog
+from gateway.security.sasl import (
+    ILLEGAL_SASL_STATE,
+    SASL_AUTHENTICATION_FAILED,
+    AuthenticationFailed,
+    SaslSession,
+    SaslStateError,
+    State,
+)
+from gateway.security.tls import principal_from_certificate
 
 log = logging.getLogger(__name__)
+# Lines any client can cause (bad frames, failed logins, TLS garbage): rate limited.
+_client_faults = RateLimitedLog(log)
 
 Handler = Callable[[GatewayContext, RequestHeader, Any], Awaitable[dict[str, Any] | bytes | None]]
 
@@ -90,11 +104,19 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.LIST_TRANSACTIONS: txn.list_transactions,
     ApiKey.DESCRIBE_CLIENT_QUOTAS: quotas.describe_client_quotas,
     ApiKey.ALTER_CLIENT_QUOTAS: quotas.alter_client_quotas,
+    ApiKey.SASL_HANDSHAKE: security_handlers.sasl_handshake,
+    ApiKey.SASL_AUTHENTICATE: security_handlers.sasl_authenticate,
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: security_handlers.describe_user_scram_credentials,
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: security_handlers.alter_user_scram_credentials,
 }
 assert set(HANDLERS) == set(SUPPORTED_APIS), "every advertised API needs a handler"
 
 _SIZE = struct.Struct(">i")
 _RECEIVE_BYTES = 256 * 1024
+# Kafka's sasl.server.max.receive.size: the largest frame before authentication.
+_UNAUTHENTICATED_MAX_FRAME = 512 * 1024
+# Kafka's request APIs allowed before a SASL exchange completes.
+_BEFORE_AUTH = (ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE)
 
 
 @dataclass(slots=True)
@@ -106,6 +128,8 @@ class ServerSettings:
     connections_max_idle_ms: int = 600_000
     # Kafka's max.connections.per.ip (0: no limit, Kafka's default is effectively none).
     max_connections_per_ip: int = 0
+    # How long a TLS handshake may take before the connection is dropped.
+    tls_handshake_timeout_s: float = 10.0
 
 
 class _ResponseSlot:
@@ -157,12 +181,14 @@ class Gateway:
         self.handlers = with_quotas(table)
         self.connections = ConnectionLimit(settings.max_connections_per_ip)
 
-    async def handle_connection(self, stream: trio.SocketStream) -> None:
+    async def handle_connection(
+        self, stream: trio.SocketStream, setup: ListenerSetup | None = None
+    ) -> None:
         peer = _peer_name(stream)
         host = peer.rpartition(":")[0]
         CLIENT_HOST.set(host)
         if not self.connections.acquire(host):
-            log.warning(
+            _client_faults.warning(
                 "%s: refused: %d connections from this address already "
                 "(--max-connections-per-ip)",
                 peer,
@@ -171,14 +197,26 @@ class Gateway:
             await stream.aclose()
             return
         MUTE.set(Mute())
+        sasl = None
+        if setup is not None:
+            LISTENER.set((setup.listener.name, setup.advertised_host, setup.advertised_port))
+            if setup.listener.uses_sasl:
+                sasl = SaslSession(setup.sasl_mechanisms, self.ctx.credentials)
         # One log line per connection problem; nothing escapes to the listener.
         try:
+            if setup is not None and setup.ssl_context is not None:
+                tls = await self._tls_handshake(stream, setup, peer)
+                if tls is None:
+                    return
+                async with tls:
+                    await self._serve(tls, sasl)
+                return
             async with stream:
-                await self._serve(stream)
+                await self._serve(stream, sasl)
         except* _CloseConnection as group:
-            log.info("%s: closing connection: %s", peer, group.exceptions[0])
+            _client_faults.info("%s: closing connection: %s", peer, group.exceptions[0])
         except* (FrameError, ProtocolError) as group:
-            log.warning("%s: closing connection: %s", peer, group.exceptions[0])
+            _client_faults.warning("%s: closing connection: %s", peer, group.exceptions[0])
         except* (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError) as group:
             log.debug("%s: connection lost: %s", peer, group.exceptions[0])
         except* Exception:
@@ -186,8 +224,37 @@ class Gateway:
         finally:
             self.connections.release(host)
 
-    async def _serve(self, stream: trio.SocketStream) -> None:
-        decoder = FrameDecoder(self.settings.max_request_bytes)
+    async def _tls_handshake(
+        self, stream: trio.SocketStream, setup: ListenerSetup, peer: str
+    ) -> trio.SSLStream[trio.SocketStream] | None:
+        """The server side of a TLS handshake; None (connection closed) if it failed."""
+        assert setup.ssl_context is not None
+        tls = trio.SSLStream(stream, setup.ssl_context, server_side=True)
+        failure: str | None = "timed out"
+        with trio.move_on_after(self.settings.tls_handshake_timeout_s):
+            try:
+                await tls.do_handshake()
+                failure = None
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                failure = str(exc.__cause__ or exc)
+        if failure is not None:
+            _client_faults.info("%s: TLS handshake failed, closing: %s", peer, failure)
+            await trio.aclose_forcefully(stream)
+            return None
+        certificate = tls.getpeercert(binary_form=True)
+        if certificate:
+            try:
+                PRINCIPAL.set(principal_from_certificate(certificate))
+            except ValueError as exc:  # verified by OpenSSL, yet unreadable: refuse it
+                _client_faults.info("%s: unusable client certificate: %s", peer, exc)
+                await trio.aclose_forcefully(tls)
+                return None
+        return tls
+
+    async def _serve(self, stream: trio.abc.Stream, sasl: SaslSession | None = None) -> None:
+        decoder = FrameDecoder(
+            _UNAUTHENTICATED_MAX_FRAME if sasl is not None else self.settings.max_request_bytes
+        )
         send_slots, receive_slots = trio.open_memory_channel[_ResponseSlot](
             self.settings.max_in_flight_per_connection
         )
@@ -204,13 +271,20 @@ class Gateway:
                         if not data:
                             nursery.cancel_scope.cancel()  # the client is gone: drop its work
                             return
-                        decoder.feed(data)
+                        decoder.feed(bytes(data))
                         while (frame := decoder.next_frame()) is not None:
                             if mute is not None:
                                 await mute.wait()  # pipelined requests wait out a throttle
                             slot = _ResponseSlot()
                             idle.request_started()
                             await send_slots.send(slot)
+                            if sasl is not None and not sasl.authenticated:
+                                # Before authentication, one frame at a time: the next
+                                # frame's meaning depends on this one's outcome.
+                                await self._before_authentication(frame, slot, sasl)
+                                if sasl.authenticated:
+                                    decoder.max_frame_bytes = self.settings.max_request_bytes
+                                continue
                             # Decoding and the handler's synchronous part run here, in
                             # request order; only the waiting part runs as its own task.
                             pending = self._start_request(frame, slot)
@@ -224,7 +298,7 @@ class Gateway:
 
     async def _write_responses(
         self,
-        stream: trio.SocketStream,
+        stream: trio.abc.Stream,
         slots: trio.MemoryReceiveChannel[_ResponseSlot],
         idle: _IdleTimer,
     ) -> None:
@@ -236,6 +310,78 @@ class Gateway:
                 if slot.close_connection:
                     raise _CloseConnection("protocol error")
                 idle.response_sent()
+
+    async def _before_authentication(
+        self, frame: bytes, slot: _ResponseSlot, sasl: SaslSession
+    ) -> None:
+        """Serve one frame of a SASL connection that has not authenticated yet."""
+        if sasl.state is State.RAW_TOKENS:  # handshake v0: a bare token, no header
+            try:
+                token = await sasl.step(frame)
+            except AuthenticationFailed as exc:
+                _client_faults.info("SASL %s authentication failed: %s", sasl.mechanism, exc)
+                slot.fill(None, close_connection=True)
+                return
+            if sasl.authenticated:
+                self._authenticated(sasl)
+            slot.fill(_framed(token))
+            return
+        try:
+            header, pos = decode_header(frame)
+        except ProtocolError as exc:
+            _client_faults.warning("closing connection after bad request: %s", exc)
+            slot.fill(None, close_connection=True)
+            return
+        if header.api_key not in _BEFORE_AUTH:
+            _client_faults.info(
+                "closing connection: %s before SASL authentication",
+                ApiKey(header.api_key).name,
+            )
+            slot.fill(None, close_connection=True)
+            return
+        if header.api_key == ApiKey.API_VERSIONS:
+            pending = self._start_request(frame, slot)
+            if pending is not None:
+                await self._finish_request(pending, slot)
+            return
+        try:
+            if not SUPPORTED_APIS[header.api_key].accepts(header.api_version):
+                raise ProtocolError(f"unsupported version {header.api_version}")
+            body = decode_body(header, frame, pos)
+        except ProtocolError as exc:
+            _client_faults.warning("closing connection after bad SASL request: %s", exc)
+            slot.fill(None, close_connection=True)
+            return
+        response: dict[str, Any]
+        close = False
+        try:
+            if header.api_key == ApiKey.SASL_HANDSHAKE:
+                response = sasl.handshake(header.api_version, body.mechanism)
+                close = response["error_code"] != ErrorCode.NONE
+            else:
+                token = await sasl.step(body.auth_bytes)
+                response = {"error_code": ErrorCode.NONE, "auth_bytes": token}
+                if sasl.authenticated:
+                    self._authenticated(sasl)
+        except SaslStateError as exc:
+            response = {"error_code": ILLEGAL_SASL_STATE, "error_message": str(exc)}
+            close = True
+        except AuthenticationFailed as exc:
+            _client_faults.info("SASL %s authentication failed: %s", sasl.mechanism, exc)
+            response = {
+                "error_code": SASL_AUTHENTICATION_FAILED,
+                "error_message": str(exc),
+                "auth_bytes": b"",
+            }
+            close = True
+        slot.fill(_framed(encode_response(header, response)), close_connection=close)
+
+    @staticmethod
+    def _authenticated(sasl: SaslSession) -> None:
+        # Set in the connection's task: every request task started later inherits it.
+        assert sasl.principal is not None
+        PRINCIPAL.set(sasl.principal)
+        log.debug("SASL %s authenticated %s", sasl.mechanism, sasl.principal)
 
     def _start_request(
         self, frame: bytes, slot: _ResponseSlot
@@ -259,7 +405,7 @@ class Gateway:
             body = decode_body(header, frame, pos)
             return header, self.handlers[header.api_key](self.ctx, header, body)
         except ProtocolError as exc:
-            log.warning("closing connection after bad request: %s", exc)
+            _client_faults.warning("closing connection after bad request: %s", exc)
         except Exception:
             log.exception("handler failed; closing the connection")
         slot.fill(None, close_connection=True)

@@ -778,6 +778,19 @@ _MESSAGE = "Cluster authorization failed."
 _CLUSTER_ERROR = {"error_code": _CLUSTER_DENIED, "error_message": _MESSAGE}
 
 GUARDS: dict[int, Guard] = {
+    # SCRAM credentials are cluster resources in Kafka: DESCRIBE and ALTER on the cluster.
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: _on_cluster(
+        Operation.DESCRIBE, lambda b: dict(_CLUSTER_ERROR, results=[])
+    ),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: _on_cluster(
+        Operation.ALTER,
+        lambda b: {
+            "results": [
+                dict(_CLUSTER_ERROR, user=u.name)
+                for u in (*(b.deletions or ()), *(b.upsertions or ()))
+            ]
+        },
+    ),
     ApiKey.ADD_PARTITIONS_TO_TXN: _add_partitions_to_txn,
     ApiKey.ADD_OFFSETS_TO_TXN: _add_offsets_to_txn,
     ApiKey.END_TXN: _end_txn,
@@ -864,7 +877,15 @@ GUARDS: dict[int, Guard] = {
 }
 # Checked inside their handlers: Fetch (per topic, READ), Metadata (DESCRIBE, CREATE for
 # auto-creation, KIP-430 fields). ApiVersions needs nothing.
-UNGUARDED = {ApiKey.FETCH, ApiKey.METADATA, ApiKey.API_VERSIONS}
+# Fetch and Metadata check inside their handlers; the SASL exchange comes before any
+# principal exists (gateway/security/sasl.py refuses everything else until it is done).
+UNGUARDED = {
+    ApiKey.FETCH,
+    ApiKey.METADATA,
+    ApiKey.API_VERSIONS,
+    ApiKey.SASL_HANDSHAKE,
+    ApiKey.SASL_AUTHENTICATE,
+}
 
 
 def _with_guard(inner: Handler, guard: Guard) -> Handler:

@@ -19,7 +19,7 @@ from .assignments import check_create_assignments
 from .authz import NOT_REQUESTED, allowed, authorized_operations
 from .cluster import cluster_authorized_operations
 from .configs import topic_config_entries
-from .context import GatewayContext
+from .context import GatewayContext, advertised_endpoint
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ async def metadata(ctx: GatewayContext, header: RequestHeader, body: Any) -> byt
     return encode_metadata_response(
         header.correlation_id,
         header.api_version,
-        [(ctx.node_id, ctx.advertised_host, ctx.advertised_port)],
+        [(ctx.node_id, *advertised_endpoint(ctx))],
         store.cluster_id,
         ctx.node_id,
         topics,

@@ -36,12 +36,16 @@ def broker_configs(ctx: GatewayContext) -> list[ConfigEntry]:
     """Every broker config the gateway reports, in a stable order."""
     store = ctx.store.settings
     advertised = f"PLAINTEXT://{ctx.advertised_host}:{ctx.advertised_port}"
+    bound = f"PLAINTEXT://{ctx.listener}"
+    if ctx.listeners:  # --listeners: every listener by name
+        bound = ",".join(f"{name}://{addr}" for name, addr, _ in ctx.listeners)
+        advertised = ",".join(f"{name}://{addr}" for name, _, addr in ctx.listeners)
     entries = [
         _entry("node.id", str(ctx.node_id), _DEFAULT, ConfigType.INT, "This gateway's node id."),
         _entry("broker.id", str(ctx.node_id), _DEFAULT, ConfigType.INT, "Same as node.id."),
         _entry(
             "listeners",
-            f"PLAINTEXT://{ctx.listener}",
+            bound,
             _STATIC,
             ConfigType.STRING,
             "Address the gateway listens on (--listen).",

@@ -16,7 +16,7 @@ from core.errors import ErrorCode
 from gateway.protocol.codec import RequestHeader
 
 from .assignments import check_new_partition_assignments
-from .context import GatewayContext
+from .context import GatewayContext, advertised_endpoint
 
 _ENDPOINT_BROKERS = 1
 _AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
@@ -57,6 +57,7 @@ async def create_partitions(
 
 
 async def describe_cluster(ctx: GatewayContext, header: RequestHeader, body: Any) -> dict[str, Any]:
+    host, port = advertised_endpoint(ctx)
     response: dict[str, Any] = {
         "error_code": ErrorCode.NONE,
         "error_message": None,
@@ -66,8 +67,8 @@ async def describe_cluster(ctx: GatewayContext, header: RequestHeader, body: Any
         "brokers": [
             {
                 "broker_id": ctx.node_id,
-                "host": ctx.advertised_host,
-                "port": ctx.advertised_port,
+                "host": host,
+                "port": port,
                 "rack": None,
             }
         ],

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from core.acl.authorizer import Authorizer
 from core.acl.quotas import ClientQuotas
 from core.api import Store, Transactions
+from core.credentials import Credentials
 from core.groups import GroupCoordinator
 
 NODE_ID = 1
@@ -22,6 +23,9 @@ CLIENT_HOST: ContextVar[str] = ContextVar("client_host", default="")
 # principal until SASL or a client certificate says otherwise. Set per connection by the
 # server (security), read by the authorizer (ACLs) and quotas.
 PRINCIPAL: ContextVar[str] = ContextVar("principal", default="User:ANONYMOUS")
+# The listener a connection came in on: (name, advertised host, advertised port); set per
+# connection, so Metadata and FindCoordinator send each client back through its listener.
+LISTENER: ContextVar[tuple[str, str, int] | None] = ContextVar("listener", default=None)
 
 
 @dataclass(slots=True)
@@ -38,3 +42,14 @@ class GatewayContext:
     # ACLs (gateway/auth): None = no authorizer, everything allowed (the embedded default).
     authorizer: Authorizer | None = None
     quotas: ClientQuotas | None = None  # client quotas, always on when the server runs
+    credentials: Credentials | None = None  # SCRAM credentials (SASL, kafka-configs.sh)
+    # Every listener as (name, bound host:port, advertised host:port), for broker configs.
+    listeners: tuple[tuple[str, str, str], ...] = ()
+
+
+def advertised_endpoint(ctx: GatewayContext) -> tuple[str, int]:
+    """The host and port to give this connection's client for this node."""
+    listener = LISTENER.get()
+    if listener is None:
+        return ctx.advertised_host, ctx.advertised_port
+    return listener[1], listener[2]

@@ -15,7 +15,7 @@ from core.errors import ErrorCode
 from core.groups import GroupState, JoinRequest, SyncRequest
 from gateway.protocol.codec import RequestHeader
 
-from .context import CLIENT_HOST, GatewayContext
+from .context import CLIENT_HOST, GatewayContext, advertised_endpoint
 
 _KEY_TYPE_GROUP, _KEY_TYPE_TRANSACTION = 0, 1
 # AclOperation bits a group supports (READ 3, DELETE 6, DESCRIBE 8), as Kafka reports them
@@ -30,11 +30,12 @@ async def find_coordinator(ctx: GatewayContext, header: RequestHeader, body: Any
     if key_type == _KEY_TYPE_GROUP or (
         key_type == _KEY_TYPE_TRANSACTION and ctx.transactions is not None
     ):
+        host, port = advertised_endpoint(ctx)
         return {
             "error_code": ErrorCode.NONE,
             "node_id": ctx.node_id,
-            "host": ctx.advertised_host,
-            "port": ctx.advertised_port,
+            "host": host,
+            "port": port,
         }
     error, message = ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}"
     return {"error_code": error, "error_message": message, "node_id": -1, "host": "", "port": -1}

@@ -24,6 +24,7 @@ class ApiKey(IntEnum):
     SYNC_GROUP = 14
     DESCRIBE_GROUPS = 15
     LIST_GROUPS = 16
+    SASL_HANDSHAKE = 17
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
@@ -41,6 +42,7 @@ class ApiKey(IntEnum):
     ALTER_REPLICA_LOG_DIRS = 34
     DESCRIBE_LOG_DIRS = 35
     CREATE_PARTITIONS = 37
+    SASL_AUTHENTICATE = 36
     DELETE_GROUPS = 42
     ELECT_LEADERS = 43
     INCREMENTAL_ALTER_CONFIGS = 44
@@ -49,6 +51,8 @@ class ApiKey(IntEnum):
     OFFSET_DELETE = 47
     DESCRIBE_CLIENT_QUOTAS = 48
     ALTER_CLIENT_QUOTAS = 49
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+    ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_CLUSTER = 60
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
@@ -120,4 +124,9 @@ SUPPORTED_APIS: dict[int, ApiSupport] = {
     # Client quotas (gateway/handlers/quotas.py), enforced on Produce/Fetch (gateway/auth).
     ApiKey.DESCRIBE_CLIENT_QUOTAS: ApiSupport(0, 1, 1),
     ApiKey.ALTER_CLIENT_QUOTAS: ApiSupport(0, 1, 1),
+    # SASL (gateway/security/sasl.py) and SCRAM credentials (gateway/handlers/security.py).
+    ApiKey.SASL_HANDSHAKE: ApiSupport(0, 1, 99),  # never flexible
+    ApiKey.SASL_AUTHENTICATE: ApiSupport(0, 2, 2),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: ApiSupport(0, 0, 0),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: ApiSupport(0, 0, 0),
 }

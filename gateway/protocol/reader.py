@@ -77,13 +77,15 @@ _PRIMITIVES: dict[tuple[str, bool, bool], Callable[..., Any]] = {
 }
 
 
-def _array_reader(item: Reader, flexible: bool) -> Reader:
+def _array_reader(item: Reader, flexible: bool, nullable: bool = True) -> Reader:
     read_length = native.read_compact_array_length if flexible else native.read_legacy_array_length
 
     def read_array(buf: memoryview, pos: int) -> tuple[tuple[Any, ...] | None, int]:
         count, size = read_length(buf, pos)
         pos += size
         if count is None or count < 0:
+            if not nullable:  # handlers rely on the schema: a null here is malformed
+                raise DecodeError("null for an array that is not nullable")
             return None, pos
         # Every element takes at least one byte: a longer array cannot be in this frame.
         if count > len(buf) - pos:
@@ -115,7 +117,9 @@ def _field_reader(field: Any, flexible: bool, is_tag: bool) -> Reader:
             item = _nullable_entity(entity) if optional else entity_reader(entity)
         case EntityTupleField(entity):
             item = entity_reader(entity)
-    return _array_reader(item, flexible) if kind.is_array else item
+    if not kind.is_array:
+        return item
+    return _array_reader(item, flexible, nullable=is_optional(field))
 
 
 def _nullable_entity(entity: type) -> Reader:
