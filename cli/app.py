@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import trio
 
 from admin.http import AdminServer
+from core.compaction import CompactionSettings
 from core.groups import GroupCoordinator, GroupSettings
 from core.store import StoreSettings, StreamStore
 from core.tiering import TierSettings
@@ -38,6 +39,7 @@ class Settings:
     tier2_url: str | None = None
     s3_endpoint: str | None = None
     tier: TierSettings = field(default_factory=TierSettings)
+    compaction: CompactionSettings = field(default_factory=CompactionSettings)
 
 
 async def serve(settings: Settings) -> None:
@@ -51,6 +53,7 @@ async def serve(settings: Settings) -> None:
             tier2_url=settings.tier2_url,
             s3_endpoint=settings.s3_endpoint,
             tier=settings.tier,
+            compaction=settings.compaction,
         )
     )
     async with trio.open_nursery() as root:

@@ -10,6 +10,7 @@ import resource
 import trio
 
 from cli.app import Settings, serve
+from core.compaction import CompactionSettings
 from core.tiering import TierSettings
 
 
@@ -167,6 +168,13 @@ def register(commands: argparse._SubParsersAction) -> None:
         "connections.max.idle.ms)",
     )
     serve_cmd.add_argument(
+        "--compaction-interval-ms",
+        type=int,
+        default=int(_env("COMPACTION_INTERVAL_MS") or 15_000),
+        help="how often compacted topics are checked and cleaned "
+        "(STREAMGATE_COMPACTION_INTERVAL_MS, default 15000, as Kafka's log.cleaner.backoff.ms)",
+    )
+    serve_cmd.add_argument(
         "--log-level",
         default=_env("LOG_LEVEL", "INFO"),
         help="DEBUG, INFO, WARNING (STREAMGATE_LOG_LEVEL)",
@@ -212,6 +220,7 @@ def run(args: argparse.Namespace) -> int:
             cache_bytes=args.tier2_cache_bytes,
             retention_check_interval_s=args.retention_check_interval_ms / 1000,
         ),
+        compaction=CompactionSettings(interval_s=args.compaction_interval_ms / 1000),
     )
     os.makedirs(settings.data_dir, exist_ok=True)
     trio.run(serve, settings)

@@ -30,7 +30,9 @@ async def read(
     hw, start = partition.high_watermark, partition.log_start_offset
     if offset < start or offset > hw:
         return ReadResult(ErrorCode.OFFSET_OUT_OF_RANGE, hw, start)
-    if offset >= partition.local_start_offset:
+    if offset >= partition.local_start_offset and (
+        offset >= partition.compacted_end or partition.slice_for(offset) is None
+    ):
         try:
             batches = await _read_local(stream, partition, offset, max_bytes, first_may_exceed)
             return ReadResult(ErrorCode.NONE, hw, start, batches)
