@@ -58,21 +58,44 @@ def _varint(data: bytes, pos: int) -> tuple[int, int]:
 
 def scan_body(body: bytes, base_offset: int, count: int) -> Iterator[ScannedRecord]:
     """The records of a decompressed batch body: offset, key, tombstone flag and span."""
+    for offset, key, tombstone, start, end in _scan(body, base_offset, count):
+        yield ScannedRecord(offset, key, tombstone, start, end)
+
+
+def _scan(
+    body: bytes, base_offset: int, count: int
+) -> Iterator[tuple[int, bytes | None, bool, int, int]]:
+    # The hot loop of compaction: one-byte varints (most deltas and short keys) inline.
+    varint = _varint
     pos = 0
     for _ in range(count):
         start = pos
-        length, pos = _varint(body, pos)
+        length, pos = varint(body, pos)
         end = pos + length
         pos += 1  # record attributes
-        _ts, pos = _varint(body, pos)
-        offset_delta, pos = _varint(body, pos)
-        key_len, pos = _varint(body, pos)
+        b = body[pos]
+        if b < 0x80:  # timestamp delta
+            pos += 1
+        else:
+            _ts, pos = varint(body, pos)
+        b = body[pos]
+        if b < 0x80:
+            offset_delta = (b >> 1) ^ -(b & 1)
+            pos += 1
+        else:
+            offset_delta, pos = varint(body, pos)
+        b = body[pos]
+        if b < 0x80:
+            key_len = (b >> 1) ^ -(b & 1)
+            pos += 1
+        else:
+            key_len, pos = varint(body, pos)
         key = None
         if key_len >= 0:
             key = body[pos : pos + key_len]
             pos += key_len
-        value_len, _ = _varint(body, pos)
-        yield ScannedRecord(base_offset + offset_delta, key, value_len < 0, start, end)
+        # a null value is the zigzag varint -1: the single byte 0x01
+        yield base_offset + offset_delta, key, body[pos] == 1, start, end
         pos = end
     if pos != len(body):
         raise ValueError(f"{len(body) - pos} trailing bytes after {count} records")
@@ -92,8 +115,10 @@ def iter_keys(batch: bytes | memoryview) -> Iterator[tuple[int, bytes | None, bo
     header = read_batch_header(batch)
     if is_untouchable(header) or header.record_count == 0:
         return
-    for r in scan_body(batch_body(batch, header), header.base_offset, header.record_count):
-        yield r.offset, r.key, r.tombstone
+    for offset, key, tombstone, _start, _end in _scan(
+        batch_body(batch, header), header.base_offset, header.record_count
+    ):
+        yield offset, key, tombstone
 
 
 def filter_batch(
