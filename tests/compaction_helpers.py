@@ -36,7 +36,10 @@ def create_topic(bootstrap: str, topic: str, partitions: int, configs: dict[str,
 
 
 def produce(
-    bootstrap: str, topic: str, items: Sequence[tuple[int, bytes, bytes | None]]
+    bootstrap: str,
+    topic: str,
+    items: Sequence[tuple[int, bytes, bytes | None]],
+    extra: dict[str, Any] | None = None,
 ) -> dict[int, dict[int, tuple[bytes, bytes | None]]]:
     """Send (partition, key, value) in order (acks=all, idempotent); returns every acked
     record: partition -> offset -> (key, value)."""
@@ -46,6 +49,7 @@ def produce(
             "enable.idempotence": True,
             "linger.ms": 5,
             "batch.num.messages": 50,
+            **(extra or {}),
         }
     )
     acked: dict[int, dict[int, tuple[bytes, bytes | None]]] = {}
