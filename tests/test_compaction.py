@@ -5,7 +5,9 @@ segment split, with compact,delete retention, and through SIGKILLs during compac
 
 from __future__ import annotations
 
+import json
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -106,31 +108,44 @@ def test_tombstones_vanish_after_delete_retention(gw: Gateway) -> None:
     assert compaction_state(gw.admin_url)["tombstones_removed"] >= 20
 
 
-def test_compaction_across_a_split(gw: Gateway) -> None:
-    """Keys updated before and after a segment split: their versions sit in different
-    segments' chunks, and only the latest survives."""
-    import json
-    import urllib.request
-
+def test_compaction_across_a_split_and_a_merge(gw: Gateway) -> None:
+    """Keys updated before a split, between the split and a merge, and after: their versions
+    sit in three generations of segments' chunks, and only the latest survives."""
     topic = unique_topic("split")
     create_topic(gw.bootstrap, topic, 4, {**COMPACT, "delete.retention.ms": "600000"})
-    first = produce(gw.bootstrap, topic, _updates(120, 2, 4))
-    wait_compacted(gw.admin_url, topic, {p: max(o) + 1 for p, o in first.items()})
-    stream = json.loads(_get(f"{gw.admin_url}/streams/{topic}"))
-    segment = next(s for s in stream["segments"] if s["state"] == "open")
+    acked: dict[int, dict] = {p: {} for p in range(4)}
+
+    def produce_round(rounds: int, tombstone_every: int = 0) -> None:
+        sent = produce(gw.bootstrap, topic, _updates(120, rounds, 4, tombstone_every))
+        for p, rows in sent.items():
+            acked[p].update(rows)
+        wait_compacted(gw.admin_url, topic, {p: max(o) + 1 for p, o in acked.items()})
+
+    produce_round(2)
+    segment = next(s for s in _segments(gw, topic) if s["state"] == "open")
+    _scale(gw, topic, {"split": segment["segment_id"], "parts": 2})
+    produce_round(3, tombstone_every=5)
+    _check_all(gw, topic, acked, tombstones_gone=False, readers=("confluent", "kafka-python"))
+    _scale(
+        gw,
+        topic,
+        {"merge": [s["segment_id"] for s in _segments(gw, topic) if s["state"] == "open"]},
+    )
+    produce_round(2)
+    assert len(_segments(gw, topic)) >= 4
+    _check_all(gw, topic, acked, tombstones_gone=False, readers=("confluent", "kafka-python"))
+
+
+def _segments(gw: Gateway, topic: str) -> list[dict]:
+    return json.loads(_get(f"{gw.admin_url}/streams/{topic}"))["segments"]
+
+
+def _scale(gw: Gateway, topic: str, body: dict) -> None:
     request = urllib.request.Request(
-        f"{gw.admin_url}/streams/{topic}/scale",
-        data=json.dumps({"split": segment["segment_id"], "parts": 2}).encode(),
-        method="POST",
+        f"{gw.admin_url}/streams/{topic}/scale", data=json.dumps(body).encode(), method="POST"
     )
     with urllib.request.urlopen(request, timeout=10) as response:
         assert response.status == 200
-    second = produce(gw.bootstrap, topic, _updates(120, 3, 4, tombstone_every=5))
-    acked = {p: {**first.get(p, {}), **second.get(p, {})} for p in range(4)}
-    wait_compacted(gw.admin_url, topic, {p: max(o) + 1 for p, o in acked.items()})
-    after = json.loads(_get(f"{gw.admin_url}/streams/{topic}"))
-    assert len(after["segments"]) >= 3, after["segments"]
-    _check_all(gw, topic, acked, tombstones_gone=False, readers=("confluent", "kafka-python"))
 
 
 @pytest.mark.parametrize("gw", [("--retention-check-interval-ms", "300")], indirect=True)
@@ -183,8 +198,6 @@ def test_compact_only_ignores_retention(tmp_path: Path) -> None:
 
 
 def _get(url: str) -> str:
-    import urllib.request
-
     with urllib.request.urlopen(url, timeout=10) as response:
         return response.read().decode()
 
