@@ -192,6 +192,22 @@ class Compactor:
             stream.name,
             ", ".join(f"{p.index} ({p.reason})" for p in due),
         )
+        try:
+            return await self._run(stream, config, due, now_ms, tombstones_due, due_at, started)
+        finally:
+            for plan in due:
+                plan.latest = {}  # the key maps can be large: not kept past the run
+
+    async def _run(
+        self,
+        stream: Stream,
+        config: CompactionConfig,
+        due: list[PartitionPlan],
+        now_ms: int,
+        tombstones_due: bool,
+        due_at: int,
+        started: float,
+    ) -> bool:
         for plan in due:
             for s in plan.dirty:
                 chunk = stream.chunks.get(s.chunk_id)
@@ -237,7 +253,8 @@ class Compactor:
         for index, end in ends.items():
             partition = stream.partition(index)
             partition.compacted_end = max(partition.compacted_end, end)
-        self._tombstones_due_ms[stream.name] = next_due
+        # A run that was not for tombstones skipped partitions that may hold some.
+        self._tombstones_due_ms[stream.name] = next_due if tombstones_due else min(due_at, next_due)
         self.stats.runs += 1
         elapsed = time.monotonic() - started
         self.stats.last_run_seconds = elapsed
