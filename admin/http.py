@@ -3,6 +3,7 @@
 Routes (one request per connection, `Connection: close`):
     GET  /metrics              Prometheus text format (a registry owned by this module)
     GET  /tier                 JSON: tier-1 budget use, tier-2 upload/read counters
+    GET  /compaction           JSON: compaction counters, per-partition progress
     GET  /streams              JSON: the topic names
     GET  /streams/TOPIC        JSON: epochs and segments (range, state, rates, sizes)
     POST /streams/TOPIC/scale  JSON body {"split": id, "parts": n} or {"merge": [ids]}
@@ -24,6 +25,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from admin.compaction import compaction_metrics, describe_compaction
 from core.api import ScaleResult, TopicError
 from core.scaling.plan import ScaleError
 from core.scaling.policy import ScalingPolicy
@@ -79,6 +81,7 @@ class StoreCollector(Collector):
                 bytes_out.add_metric(seg_labels, stats.bytes_out)
         yield from (open_segments, epoch, scale_events, bytes_in, records_in, bytes_out)
         yield from _tier_metrics(describe_tier(self.store))
+        yield from compaction_metrics(self.store)
 
 
 def _tier_metrics(tier: dict[str, Any]) -> Iterator[Metric]:
@@ -232,6 +235,8 @@ class AdminServer:
             return "200 OK", CONTENT_TYPE_LATEST, generate_latest(self.registry)
         if parts == ["tier"] and method == "GET":
             return _json("200 OK", describe_tier(self.store))
+        if parts == ["compaction"] and method == "GET":
+            return _json("200 OK", describe_compaction(self.store))
         if parts == ["streams"] and method == "GET":
             return _json("200 OK", {"topics": sorted(self.store.streams)})
         try:

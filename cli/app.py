@@ -17,6 +17,7 @@ from admin.http import AdminServer
 from cli.acl_flags import AclSettings
 from core.acl.authorizer import Authorizer
 from core.acl.quotas import ClientQuotas
+from core.compaction import CompactionSettings
 from core.credentials import Credentials, SQLiteCredentialStore
 from core.groups import GroupCoordinator, GroupSettings
 from core.store import StoreSettings, StreamStore
@@ -57,6 +58,7 @@ class Settings:
     ssl_context: ssl.SSLContext | None = None  # for SSL/SASL_SSL listeners (cli.serve)
     ssl_client_auth: str = "none"
     sasl_mechanisms: tuple[str, ...] = ALL_MECHANISMS
+    compaction: CompactionSettings = field(default_factory=CompactionSettings)
 
 
 async def serve(settings: Settings) -> None:
@@ -70,6 +72,7 @@ async def serve(settings: Settings) -> None:
             tier2_url=settings.tier2_url,
             s3_endpoint=settings.s3_endpoint,
             tier=settings.tier,
+            compaction=settings.compaction,
         )
     )
     async with trio.open_nursery() as root:

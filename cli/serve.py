@@ -11,6 +11,7 @@ import trio
 
 from cli import acl_flags
 from cli.app import Settings, serve
+from core.compaction import CompactionSettings
 from core.tiering import TierSettings
 from gateway.security.listeners import (
     Listener,
@@ -181,6 +182,13 @@ def register(commands: argparse._SubParsersAction) -> None:
     acl_flags.add_arguments(serve_cmd)
     _add_security_arguments(serve_cmd)
     serve_cmd.add_argument(
+        "--compaction-interval-ms",
+        type=int,
+        default=int(_env("COMPACTION_INTERVAL_MS") or 15_000),
+        help="how often compacted topics are checked and cleaned "
+        "(STREAMGATE_COMPACTION_INTERVAL_MS, default 15000, as Kafka's log.cleaner.backoff.ms)",
+    )
+    serve_cmd.add_argument(
         "--log-level",
         default=_env("LOG_LEVEL", "INFO"),
         help="DEBUG, INFO, WARNING (STREAMGATE_LOG_LEVEL)",
@@ -324,6 +332,7 @@ def run(args: argparse.Namespace) -> int:
             retention_check_interval_s=args.retention_check_interval_ms / 1000,
         ),
         acl=acl_flags.settings_from(args),
+        compaction=CompactionSettings(interval_s=args.compaction_interval_ms / 1000),
     )
     os.makedirs(settings.data_dir, exist_ok=True)
     trio.run(serve, settings)

@@ -138,6 +138,14 @@ class MetadataStore(Protocol):
         self, name: str, chunk_ids: list[int], log_starts: dict[int, int]
     ) -> None: ...
     def load_log_starts(self, name: str) -> dict[int, int]: ...
+    def replace_chunks(
+        self,
+        name: str,
+        old_ids: list[int],
+        new_chunks: list[ChunkRecord],
+        compacted_ends: dict[int, int],
+    ) -> None: ...
+    def load_compacted_ends(self, name: str) -> dict[int, int]: ...
     def set_log_starts(self, name: str, log_starts: dict[int, int]) -> None: ...
     def load_offsets(self) -> list[CommittedOffset]: ...
     def load_aborted_txns(self, name: str) -> list[tuple[int, int, int, int]]: ...
@@ -250,6 +258,12 @@ CREATE TABLE IF NOT EXISTS client_quotas (
     quota_key TEXT NOT NULL,
     value REAL NOT NULL,
     PRIMARY KEY (entity, quota_key)
+);
+CREATE TABLE IF NOT EXISTS compaction_state (
+    topic TEXT NOT NULL REFERENCES topics(name) ON DELETE CASCADE,
+    partition INTEGER NOT NULL,
+    compacted_end INTEGER NOT NULL,
+    PRIMARY KEY (topic, partition)
 );
 """
 
@@ -463,6 +477,62 @@ class SQLiteMetadataStore:
         with self._transaction() as db:
             _upsert_log_starts(db, name, log_starts)
             db.executemany("DELETE FROM chunks WHERE chunk_id = ?", [(c,) for c in chunk_ids])
+
+    def replace_chunks(
+        self,
+        name: str,
+        old_ids: list[int],
+        new_chunks: list[ChunkRecord],
+        compacted_ends: dict[int, int],
+    ) -> None:
+        """Compaction's swap, in one transaction: the new chunks and their slices replace
+        the old ones, and the partitions' compacted ends move. KeyError (nothing changed)
+        when an old chunk is gone already (retention or a topic delete got there first)."""
+        with self._transaction() as db:
+            marks = ",".join("?" * len(old_ids))
+            (found,) = db.execute(
+                f"SELECT count(*) FROM chunks WHERE topic = ? AND chunk_id IN ({marks})",
+                (name, *old_ids),
+            ).fetchone()
+            if found != len(old_ids):
+                raise KeyError(f"{name}: {len(old_ids) - found} chunks to replace are gone")
+            for chunk in new_chunks:
+                (chunk_id,) = db.execute(
+                    "INSERT INTO chunks (topic, segment_id, start_position, end_position, "
+                    "object_key, size, created_ms) VALUES (?, ?, ?, ?, ?, ?, ?) "
+                    "RETURNING chunk_id",
+                    (
+                        name,
+                        chunk.segment_id,
+                        chunk.start_position,
+                        chunk.end_position,
+                        chunk.object_key,
+                        chunk.size,
+                        chunk.created_ms,
+                    ),
+                ).fetchone()
+                chunk.chunk_id = int(chunk_id)
+                db.executemany(
+                    "INSERT INTO chunk_slices VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    [(chunk.chunk_id, *s.row()) for s in chunk.slices],
+                )
+            db.executemany("DELETE FROM chunks WHERE chunk_id = ?", [(c,) for c in old_ids])
+            db.executemany(
+                "INSERT INTO compaction_state VALUES (?, ?, ?) ON CONFLICT(topic, partition) "
+                "DO UPDATE SET compacted_end = MAX(compacted_end, excluded.compacted_end)",
+                [(name, p, end) for p, end in compacted_ends.items()],
+            )
+        for chunk in new_chunks:
+            for s in chunk.slices:
+                s.chunk_id = chunk.chunk_id
+
+    def load_compacted_ends(self, name: str) -> dict[int, int]:
+        """Per partition, the offset below which compaction has rewritten tier 2."""
+        return dict(
+            self._db.execute(
+                "SELECT partition, compacted_end FROM compaction_state WHERE topic = ?", (name,)
+            ).fetchall()
+        )
 
     def load_producer_states(self, name: str) -> list[ProducerSnapshot]:
         return [

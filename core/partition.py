@@ -70,6 +70,9 @@ class Partition:
         self.next_offset = 0  # log end offset: next offset to assign
         self.high_watermark = 0  # everything below is durable and visible to consumers
         self.log_start_offset = 0
+        # Below this offset compaction rewrote tier 2: reads go there, never to the tier-1
+        # copies (which still hold the removed records).
+        self.compacted_end = 0
         self._base_offsets = array("q")
         self._last_offsets = array("q")
         self._segment_ids = array("i")
@@ -266,6 +269,14 @@ class Partition:
         keep = bisect.bisect_left(self._slice_last_offsets, offset)
         del self._slices[:keep]
         del self._slice_last_offsets[:keep]
+
+    def remove_chunk_slices(self, chunk_ids: set[int]) -> None:
+        """Forget the tier-2 slices of these chunks (compaction replaced them)."""
+        if not self._slices or self._slice_last_offsets is None:
+            return
+        kept = [s for s in self._slices if s.chunk_id not in chunk_ids]
+        self._slices = kept
+        self._slice_last_offsets = array("q", (s.last_offset for s in kept))
 
     def locate(
         self, offset: int, max_bytes: int, first_may_exceed: bool = True, limit: int | None = None

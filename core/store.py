@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import trio
 
 from .api import ScaleResult, TopicError, validate_topic_name
+from .compaction import CompactionSettings, Compactor
 from .errors import ErrorCode
 from .metadata import SegmentRecord, SQLiteMetadataStore, TopicRecord
 from .metadata_worker import MetadataWorker
@@ -44,6 +45,7 @@ class StoreSettings:
     tier2_url: str | None = None  # None: a folder `tier2` in the data dir; or s3://bucket/prefix
     s3_endpoint: str | None = None
     tier: TierSettings = field(default_factory=TierSettings)
+    compaction: CompactionSettings = field(default_factory=CompactionSettings)
 
 
 class StreamStore:
@@ -56,6 +58,7 @@ class StreamStore:
         self.object_store: ObjectStore | None = None
         self._tier: TierManager | None = None
         self._worker: MetadataWorker | None = None
+        self.compactor: Compactor | None = None
         self._nursery: trio.Nursery | None = None
         self._stopping = trio.Event()
         self.cluster_id = ""
@@ -91,6 +94,13 @@ class StreamStore:
         self._tier = TierManager(
             self.object_store, self._metadata, self._worker, self.settings.tier
         )
+        self.compactor = Compactor(
+            self.object_store,
+            self._metadata,
+            self._worker,
+            self.settings.compaction,
+            self._tier.cache.drop_object,
+        )
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
@@ -100,6 +110,11 @@ class StreamStore:
                 for record in self._metadata.load_topics():
                     self._open_stream(record)
                 self._remove_orphan_directories()
+                compaction_scope = trio.CancelScope()
+                compaction_done = trio.Event()
+                nursery.start_soon(
+                    _run_cancellable, compaction_scope, compaction_done, self.compactor.run
+                )
                 log.info(
                     "store open: %d topics in %s, tier 2: %s",
                     len(self.streams),
@@ -108,6 +123,8 @@ class StreamStore:
                 )
                 task_status.started()
                 await self._stopping.wait()
+                compaction_scope.cancel()
+                await compaction_done.wait()
                 tier_scope.cancel()  # uploads in flight are redone after the next start
                 await tier_done.wait()  # no upload thread may still read a file we close
                 for stream in self.streams.values():
@@ -151,6 +168,8 @@ class StreamStore:
         self.streams[record.name] = stream
         self._by_id[record.topic_id] = stream
         self.tier.attach(stream)
+        if self.compactor is not None:
+            self.compactor.attach(stream)
         settings = self.settings
         meter = self.meters[record.name] = RateMeter(stream, settings.scaling_window_s)
         nursery.start_soon(

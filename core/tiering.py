@@ -33,6 +33,7 @@ from .segments.chunks import build_chunk, chunk_key
 from .segments.log import LogFile, SegmentLog, Tier1Usage
 from .segments.objectstore import ObjectNotFound, ObjectStore, ObjectStoreUnavailable
 from .stream import Stream
+from .topic_config import split_list
 
 log = logging.getLogger(__name__)
 
@@ -362,6 +363,8 @@ class TierManager:
     async def apply_retention(self, stream: Stream, now_ms: int | None = None) -> None:
         """Raise log start offsets past tier-2 slices that retention.ms / retention.bytes
         expire. Data still only in tier 1 is never expired (like Kafka's active segment)."""
+        if "delete" not in split_list(stream.record.configs.get("cleanup.policy", "delete")):
+            return  # `compact` alone: only compaction removes data, like Kafka
         retention_ms = _config_int(stream.record.configs, "retention.ms")
         retention_bytes = _config_int(stream.record.configs, "retention.bytes")
         if retention_ms < 0 and retention_bytes < 0:

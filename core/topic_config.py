@@ -213,8 +213,8 @@ _STORED_ONLY_REPLICAS = (
     "Stored only: there is one node and no replication; durability comes from fsync and tier 2."
 )
 _STORED_ONLY_COMPACTION = (
-    "Stored only: log compaction is not performed yet (cleanup.policy=compact is accepted and "
-    "keyless records are refused, but old values are not removed)."
+    "Applied by log compaction of cleanup.policy=compact topics over their tier-2 data, with "
+    "Kafka's meaning (delete.retention.ms counts from when a tombstone's chunk reached tier 2)."
 )
 _STORED_ONLY_TIERING = (
     "Stored only: streamgate's own tiering (--local-retain-bytes, tier 2 always on) decides "
@@ -237,9 +237,9 @@ _DEFS = (
         "cleanup.policy",
         ConfigType.LIST,
         "delete",
-        "What happens to old data: delete (by retention.ms / retention.bytes). compact is "
-        "accepted and stored, and records without a key are then refused (INVALID_RECORD) as "
-        "Kafka refuses them, but compaction itself is not performed yet.",
+        "What happens to old data: delete (by retention.ms / retention.bytes), compact (log "
+        "compaction keeps the latest value of every key; records without a key are refused "
+        "with INVALID_RECORD, as Kafka refuses them), or both.",
         _list_of(("delete", "compact"), {}),
         "log.cleanup.policy",
     ),
@@ -386,6 +386,10 @@ APPLIED_CONFIGS = frozenset(
         "retention.ms",
         "retention.bytes",
         "max.message.bytes",
+        "delete.retention.ms",
+        "min.compaction.lag.ms",
+        "max.compaction.lag.ms",
+        "min.cleanable.dirty.ratio",
         "message.timestamp.type",
         "compression.type",
     }

@@ -63,11 +63,15 @@ def build_chunk(log_bytes: bytes, base_position: int = 0) -> BuiltChunk:
     by_partition: dict[int, list[bytes]] = {}
     for entry in iter_entries(log_bytes, base_position):
         by_partition.setdefault(entry.partition, []).append(entry.batch)
+    return pack_chunk(sorted(by_partition.items()))
+
+
+def pack_chunk(partitions: list[tuple[int, list[bytes]]]) -> BuiltChunk:
+    """A chunk of these partitions' batches (each list non-empty, in offset order)."""
     parts: list[bytes] = []
     slices: list[ChunkSlice] = []
     position = 0
-    for partition in sorted(by_partition):
-        batches = by_partition[partition]
+    for partition, batches in partitions:
         first = batch_base_and_length(batches[0])[0]
         last = batch_last_offset(batches[-1])
         max_ts = max(batch_max_timestamp(b) for b in batches)

@@ -44,7 +44,11 @@ async def read(
     limit = lso if read_committed else hw
     result = ReadResult(ErrorCode.NONE, hw, start, last_stable_offset=lso)
     batches: list[bytes] | None = None
-    if offset >= partition.local_start_offset:
+    # Offsets below the compacted end come from tier 2 (the compacted chunks), so the
+    # tier-1 read cache never brings back records compaction removed.
+    if offset >= partition.local_start_offset and (
+        offset >= partition.compacted_end or partition.slice_for(offset) is None
+    ):
         with contextlib.suppress(LogTrimmed):  # trimmed while indexed: the chunk has it
             batches = await _read_local(
                 stream, partition, offset, max_bytes, first_may_exceed, limit
