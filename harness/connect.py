@@ -284,7 +284,14 @@ class MirrorMaker(ManagedProcess):
         return props
 
     def command(self) -> list[str]:
-        return [str(self.home / "bin" / "connect-mirror-maker.sh"), str(self.config_path)]
+        # --clusters: this node runs only the herder writing into the target (MM2's advice:
+        # run it near the target); without it, it would also run one writing into the source
+        return [
+            str(self.home / "bin" / "connect-mirror-maker.sh"),
+            str(self.config_path),
+            "--clusters",
+            self.target,
+        ]
 
     def env(self) -> dict[str, str]:
         env = tool_env(self.heap)
