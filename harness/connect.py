@@ -18,6 +18,7 @@ not when either is missing.
 from __future__ import annotations
 
 import json
+import re
 import time
 import urllib.error
 import urllib.request
@@ -307,3 +308,13 @@ class MirrorMaker(ManagedProcess):
             super().start(timeout, ready)
         except ProcessError as exc:
             raise ConnectError(str(exc)) from None
+
+
+def log_problems(text: str, benign: tuple[re.Pattern[str], ...] = ()) -> list[str]:
+    """WARN/WARNING and ERROR lines of a log (Java's log4j or Python's logging format),
+    minus those matching a `benign` pattern."""
+    lines = [line for line in text.splitlines() if _PROBLEM.search(line)]
+    return [line for line in lines if not any(p.search(line) for p in benign)]
+
+
+_PROBLEM = re.compile(r"(\] | )(WARN|WARNING|ERROR|CRITICAL) ")

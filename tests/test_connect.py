@@ -24,7 +24,7 @@ from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
 from helpers import wait_until
 
-from harness.connect import ConnectWorker
+from harness.connect import ConnectWorker, log_problems
 from harness.gateway import Gateway
 from harness.kafka import unavailable_reason
 
@@ -38,7 +38,7 @@ SINK = "org.apache.kafka.connect.file.FileStreamSinkConnector"
 # WARN lines Connect 3.5.1 logs whatever the broker: the worker's LeaveGroup is cut short by
 # a zero close timeout when it stops (seen against Apache Kafka 3.5.1 too), and a restarted
 # worker's config snapshot starts at offset -1, behind its first assignment's.
-BENIGN = (
+BENIGN: tuple[re.Pattern[str], ...] = (
     re.compile(r"Close timed out with \d+ pending requests to coordinator"),
     re.compile(r"Catching up to assignment's config offset"),
 )
@@ -63,10 +63,7 @@ def worker(gw: Gateway, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Co
 
 def broker_problems(worker: ConnectWorker) -> list[str]:
     """The worker log's WARN and ERROR lines (all runs so far) not on the benign list."""
-    lines = [
-        line for line in worker.log_text().splitlines() if re.search(r"\] (WARN|ERROR) ", line)
-    ]
-    return [line for line in lines if not any(p.search(line) for p in BENIGN)]
+    return log_problems(worker.log_text(), BENIGN)
 
 
 def lines_of(path: Path) -> list[str]:
@@ -131,6 +128,7 @@ def test_internal_topics_created_compacted(gw: Gateway, worker: ConnectWorker) -
     info = worker.rest("GET", "/")
     assert info["version"] == "3.5.1" and info["kafka_cluster_id"]
     assert broker_problems(worker) == []
+    assert log_problems(gw.log_text()) == [], "the gateway logged warnings or errors"
 
 
 def test_file_source_to_sink_and_graceful_restart(worker: ConnectWorker, tmp_path: Path) -> None:
@@ -198,3 +196,5 @@ def test_sigkill_restart_loses_nothing(gw: Gateway, worker: ConnectWorker, tmp_p
     assert repeated <= set(written[300:400])
     assert max(counts.values()) <= 3
     assert source_position(worker, "killed-source") == src.stat().st_size
+    assert broker_problems(worker) == []
+    assert log_problems(gw.log_text()) == [], "the gateway logged warnings or errors"
