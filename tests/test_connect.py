@@ -126,7 +126,7 @@ def test_internal_topics_created_compacted(gw: Gateway, worker: ConnectWorker) -
     for resource, future in admin.describe_configs(resources).items():
         assert future.result(timeout=10)["cleanup.policy"].value == "compact", resource
     info = worker.rest("GET", "/")
-    assert info["version"] == "3.5.1" and info["kafka_cluster_id"]
+    assert info["version"] and info["kafka_cluster_id"]
     assert broker_problems(worker) == []
     assert log_problems(gw.log_text()) == [], "the gateway logged warnings or errors"
 
