@@ -38,6 +38,10 @@ class Settings:
     tier2_url: str | None = None
     s3_endpoint: str | None = None
     tier: TierSettings = field(default_factory=TierSettings)
+    # README "Several nodes": postgresql://... metadata, this node's id and lease
+    metadata_url: str | None = None
+    node_id: int = 1
+    node_lease_s: float = 3.0
 
 
 async def serve(settings: Settings) -> None:
@@ -51,10 +55,14 @@ async def serve(settings: Settings) -> None:
             tier2_url=settings.tier2_url,
             s3_endpoint=settings.s3_endpoint,
             tier=settings.tier,
+            metadata_url=settings.metadata_url,
         )
     )
     async with trio.open_nursery() as root:
-        await root.start(store.run)
+        if settings.metadata_url:
+            await _start_node(settings, store, root)
+        else:
+            await root.start(store.run)
         groups = GroupCoordinator(
             store.metadata,
             GroupSettings(initial_rebalance_delay=settings.group_initial_rebalance_delay_ms / 1000),
@@ -92,6 +100,37 @@ async def serve(settings: Settings) -> None:
         finally:
             groups.stop()
             store.stop()  # flushers drain what is queued, then the store closes
+
+
+async def _start_node(settings: Settings, store: StreamStore, root: trio.Nursery) -> None:
+    """Take this node's lease before the store opens its segments; keep renewing it until
+    the store has closed (queued writes flushed), then release it."""
+    from core.nodes import NodeMembership, NodeSettings  # psycopg only when asked for
+
+    membership = NodeMembership(
+        settings.metadata_url or "",
+        NodeSettings(
+            settings.node_id,
+            settings.advertised_host or settings.listen_host,
+            settings.advertised_port or settings.listen_port,
+            lease_s=settings.node_lease_s,
+        ),
+    )
+    await membership.register()
+    lease_scope = trio.CancelScope()
+
+    async def renew() -> None:
+        with lease_scope:
+            await membership.run()
+
+    async def run_store(task_status: trio.TaskStatus[None]) -> None:
+        try:
+            await store.run(task_status=task_status)
+        finally:
+            lease_scope.cancel()
+
+    root.start_soon(renew)
+    await root.start(run_store)
 
 
 async def _serve_tcp(

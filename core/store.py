@@ -18,7 +18,7 @@ import trio
 
 from .api import ScaleResult, TopicError, validate_topic_name
 from .errors import ErrorCode
-from .metadata import SegmentRecord, SQLiteMetadataStore, TopicRecord
+from .metadata import MetadataStore, SegmentRecord, SQLiteMetadataStore, TopicRecord
 from .metadata_worker import MetadataWorker
 from .scaler import RateMeter, run_scaler
 from .scaling.plan import ScaleError, split_range
@@ -44,6 +44,8 @@ class StoreSettings:
     tier2_url: str | None = None  # None: a folder `tier2` in the data dir; or s3://bucket/prefix
     s3_endpoint: str | None = None
     tier: TierSettings = field(default_factory=TierSettings)
+    # None: SQLite in the data dir; postgresql://...: shared metadata (README "Several nodes")
+    metadata_url: str | None = None
 
 
 class StreamStore:
@@ -52,7 +54,7 @@ class StreamStore:
         self.streams: dict[str, Stream] = {}
         self._by_id: dict[uuid.UUID, Stream] = {}
         self.meters: dict[str, RateMeter] = {}
-        self._metadata: SQLiteMetadataStore | None = None
+        self._metadata: MetadataStore | None = None
         self.object_store: ObjectStore | None = None
         self._tier: TierManager | None = None
         self._worker: MetadataWorker | None = None
@@ -63,7 +65,7 @@ class StreamStore:
         self.on_topic_deleted: list[Callable[[str], None]] = []
 
     @property
-    def metadata(self) -> SQLiteMetadataStore:
+    def metadata(self) -> MetadataStore:
         assert self._metadata is not None, "store is not running"
         return self._metadata
 
@@ -82,8 +84,17 @@ class StreamStore:
         """Open and recover the store, then keep segment flushers, uploads and retention
         running until `stop`."""
         os.makedirs(self._streams_dir, exist_ok=True)
-        self._metadata = SQLiteMetadataStore(os.path.join(self.settings.data_dir, "metadata.db"))
-        self.cluster_id = self._load_cluster_id()
+        if self.settings.metadata_url:
+            from .metadata_pg import PostgresMetadataStore  # psycopg only when asked for
+
+            pg = PostgresMetadataStore(self.settings.metadata_url)
+            self._metadata = pg
+            self.cluster_id = pg.cluster_id()
+        else:
+            self._metadata = SQLiteMetadataStore(
+                os.path.join(self.settings.data_dir, "metadata.db")
+            )
+            self.cluster_id = self._load_cluster_id()
         self.object_store = open_object_store(
             self.settings.tier2_url, self.settings.data_dir, self.settings.s3_endpoint
         )

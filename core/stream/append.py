@@ -10,6 +10,7 @@ import trio
 
 from ..api import AppendResult
 from ..errors import ErrorCode
+from ..fencing import FENCE
 from ..partition import Partition
 from ..recordbatch import RecordBatchError, patch_base_offset, split_batches
 from ..segments.log import PendingAppend as LogAppend
@@ -62,6 +63,8 @@ class PendingProduce:
             event = trio.Event()
             partition.add_waiter(event)
             await event.wait()
+        if not FENCE.valid():  # this node's lease lapsed: another node may own it now
+            return AppendResult(ErrorCode.NOT_LEADER_OR_FOLLOWER, message="node lease lost")
         return AppendResult(ErrorCode.NONE, self.first_offset, partition.log_start_offset)
 
 
@@ -75,6 +78,8 @@ def start_append(
     """
     if stream.deleted or not stream.has_partition(index):
         return AppendResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    if not FENCE.valid():  # nothing is written once this node's lease lapsed
+        return AppendResult(ErrorCode.NOT_LEADER_OR_FOLLOWER, message="node lease lost")
     if stream.usage.full:  # tier 2 is behind (or down): retriable, nothing is written
         return AppendResult(
             ErrorCode.KAFKA_STORAGE_ERROR,

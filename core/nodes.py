@@ -1,0 +1,117 @@
+"""A gateway node's membership in a cluster that shares PostgreSQL metadata.
+
+`NodeMembership.run` registers the node (a new incarnation of its lease, claiming the open
+segments it may own: see `PostgresMetadataStore.register_node`), then renews the lease
+every `lease_s / 6`. Each success moves the process-wide fence deadline (core/fencing.py);
+a renewal the database refuses means another incarnation won: the fence is lost and the
+process ends at once (exit status 75) without flushing anything, because it no longer owns
+its segments. A renewal that merely fails (database unreachable) is retried; appends stop
+being acknowledged when the deadline passes, and resume if a renewal succeeds in time.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+
+import trio
+
+from .fencing import FENCE
+from .metadata_pg import LeaseError, PostgresMetadataStore
+
+log = logging.getLogger(__name__)
+
+LEASE_LOST_EXIT = 75  # EX_TEMPFAIL: a supervisor may restart the node
+
+
+@dataclass(slots=True)
+class NodeSettings:
+    node_id: int
+    host: str
+    port: int
+    lease_s: float = 3.0
+    # A restart after SIGKILL finds its previous incarnation's lease still live: wait for it.
+    register_timeout_s: float = 10.0
+    exclusive: bool = True  # one active node per database (README "Several nodes")
+
+    @property
+    def margin_s(self) -> float:
+        return self.lease_s / 6
+
+    @property
+    def renew_every_s(self) -> float:
+        return self.lease_s / 6
+
+
+class NodeMembership:
+    def __init__(self, url: str, settings: NodeSettings) -> None:
+        self.url = url
+        self.settings = settings
+        self.incarnation = 0
+        self._db: PostgresMetadataStore | None = None
+        self._limiter = trio.CapacityLimiter(1)
+
+    async def _call(self, fn, *args):  # type: ignore[no-untyped-def]
+        return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)
+
+    async def register(self) -> None:
+        """Take the lease (waiting up to register_timeout_s for a stale one); LeaseError."""
+        s = self.settings
+        self._db = await self._call(PostgresMetadataStore, self.url)
+        deadline = time.monotonic() + s.register_timeout_s
+        while True:
+            started = time.monotonic()
+            try:
+                self.incarnation = await self._call(
+                    self._db.register_node, s.node_id, s.host, s.port, s.lease_s, s.exclusive
+                )
+                break
+            except LeaseError:
+                if time.monotonic() > deadline:
+                    raise
+                await trio.sleep(s.lease_s / 10)
+        FENCE.renewed(started, s.lease_s, s.margin_s)
+        log.info(
+            "node %d registered (incarnation %d, lease %.1f s)",
+            s.node_id,
+            self.incarnation,
+            s.lease_s,
+        )
+
+    async def run(self) -> None:
+        """Renew the lease until cancelled; ends the process if the lease was lost."""
+        assert self._db is not None, "register first"
+        s = self.settings
+        try:
+            while True:
+                await trio.sleep(s.renew_every_s)
+                started = time.monotonic()
+                try:
+                    held = await self._call(
+                        self._db.renew_lease, s.node_id, self.incarnation, s.lease_s
+                    )
+                except Exception as exc:  # database unreachable: the fence deadline decides
+                    log.warning("node %d: lease renewal failed: %s", s.node_id, exc)
+                    continue
+                if not held:
+                    FENCE.lose()
+                    log.critical(
+                        "node %d lost its lease (incarnation %d): exiting without flushing",
+                        s.node_id,
+                        self.incarnation,
+                    )
+                    logging.shutdown()
+                    os._exit(LEASE_LOST_EXIT)
+                FENCE.renewed(started, s.lease_s, s.margin_s)
+        finally:
+            with trio.CancelScope(shield=True):
+                if FENCE.valid():  # clean stop: let another node claim at once
+                    try:
+                        await self._call(
+                            self._db.release_lease, s.node_id, self.incarnation
+                        )
+                    except Exception as exc:
+                        log.warning("node %d: lease release failed: %s", s.node_id, exc)
+                await self._call(self._db.close)
