@@ -423,9 +423,9 @@ class PostgresMetadataStore:
         self, node_id: int, host: str, port: int, lease_s: float, exclusive: bool
     ) -> int:
         """Take node `node_id`'s lease (a new incarnation) and claim every open segment that
-        is unowned, owned by this node id, or owned by a node whose lease expired, bumping
-        each one's owner epoch; returns the incarnation. LeaseError if a live process holds
-        this node id, or (`exclusive`) if any other node is live."""
+        is unowned or owned by this node id, bumping each one's owner epoch; returns the
+        incarnation. LeaseError if a live process holds this node id, or (`exclusive`) if
+        any other node is live or owns open segments (a dead node's segments wait for it)."""
         with self._transaction() as db:
             db.execute("LOCK TABLE nodes IN SHARE ROW EXCLUSIVE MODE")
             if exclusive:
@@ -448,10 +448,21 @@ class PostgresMetadataStore:
             ).fetchone()
             if row is None:
                 raise LeaseError(f"node id {node_id} is held by a live process")
+            if exclusive:
+                others = db.execute(
+                    "SELECT DISTINCT owner_node FROM segments WHERE NOT sealed "
+                    "AND owner_node IS NOT NULL AND owner_node <> %s",
+                    (node_id,),
+                ).fetchall()
+                if others:
+                    # Their tier-1 logs are on those nodes' disks: they must come back.
+                    raise LeaseError(
+                        f"open segments belong to node(s) {sorted(r[0] for r in others)}; "
+                        "start that node id with its data dir"
+                    )
             db.execute(
                 "UPDATE segments SET owner_node = %s, owner_epoch = owner_epoch + 1 "
-                "WHERE NOT sealed AND (owner_node IS NULL OR owner_node = %s OR owner_node IN "
-                "(SELECT node_id FROM nodes WHERE lease_expires <= now()))",
+                "WHERE NOT sealed AND (owner_node IS NULL OR owner_node = %s)",
                 (node_id, node_id),
             )
             return int(row[0])
