@@ -56,6 +56,7 @@ async def serve(settings: Settings) -> None:
             s3_endpoint=settings.s3_endpoint,
             tier=settings.tier,
             metadata_url=settings.metadata_url,
+            node_id=settings.node_id if settings.metadata_url else None,
         )
     )
     async with trio.open_nursery() as root:

@@ -142,8 +142,9 @@ class PostgresMetadataStore:
     event-loop writes share it under a lock, as with SQLite). Leases use a connection of
     their own so a renewal never waits behind a slow commit."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, node_id: int | None = None) -> None:
         self.url = url
+        self.node_id = node_id  # owner of the segments of the topics this store creates
         self._db = psycopg.connect(url, autocommit=True)
         self._lock = threading.Lock()
         self._lease_db: psycopg.Connection | None = None
@@ -200,7 +201,8 @@ class PostgresMetadataStore:
             )
             db.cursor().executemany(
                 "INSERT INTO segments (topic, segment_id, epoch, first_partition, "
-                "last_partition, sealed, uploaded_end) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                "last_partition, sealed, uploaded_end, owner_node, owner_epoch) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 1)",
                 [
                     (
                         topic.name,
@@ -210,6 +212,7 @@ class PostgresMetadataStore:
                         s.last_partition,
                         s.sealed,
                         s.uploaded_end,
+                        self.node_id,
                     )
                     for s in topic.segments
                 ],

@@ -109,9 +109,7 @@ class NodeMembership:
             with trio.CancelScope(shield=True):
                 if FENCE.valid():  # clean stop: let another node claim at once
                     try:
-                        await self._call(
-                            self._db.release_lease, s.node_id, self.incarnation
-                        )
+                        await self._call(self._db.release_lease, s.node_id, self.incarnation)
                     except Exception as exc:
                         log.warning("node %d: lease release failed: %s", s.node_id, exc)
                 await self._call(self._db.close)

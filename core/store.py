@@ -46,6 +46,7 @@ class StoreSettings:
     tier: TierSettings = field(default_factory=TierSettings)
     # None: SQLite in the data dir; postgresql://...: shared metadata (README "Several nodes")
     metadata_url: str | None = None
+    node_id: int | None = None  # with metadata_url: this node (owner of what it creates)
 
 
 class StreamStore:
@@ -87,7 +88,7 @@ class StreamStore:
         if self.settings.metadata_url:
             from .metadata_pg import PostgresMetadataStore  # psycopg only when asked for
 
-            pg = PostgresMetadataStore(self.settings.metadata_url)
+            pg = PostgresMetadataStore(self.settings.metadata_url, self.settings.node_id)
             self._metadata = pg
             self.cluster_id = pg.cluster_id()
         else:

@@ -25,7 +25,11 @@ pytestmark = requires_postgres
 
 def _topic(name: str = "t", partitions: int = 4) -> TopicRecord:
     return TopicRecord(
-        name, uuid.uuid4(), partitions, {"retention.ms": "5"}, 0,
+        name,
+        uuid.uuid4(),
+        partitions,
+        {"retention.ms": "5"},
+        0,
         [SegmentRecord(0, 0, 0, partitions - 1)],
     )
 
@@ -69,8 +73,9 @@ def test_topics_segments_chunks_offsets_round_trip(pg_url: str) -> None:  # noqa
     (loaded,) = db.load_topics()
     assert (loaded.name, loaded.topic_id, loaded.partitions) == ("t", topic.topic_id, 6)
     assert loaded.configs == {"cleanup.policy": "delete"}
-    assert [(s.segment_id, s.sealed, s.first_partition, s.last_partition)
-            for s in loaded.segments] == [(0, True, 0, 5), (1, False, 0, 2), (2, False, 3, 5)]
+    assert [
+        (s.segment_id, s.sealed, s.first_partition, s.last_partition) for s in loaded.segments
+    ] == [(0, True, 0, 5), (1, False, 0, 2), (2, False, 3, 5)]
 
     assert [db.next_counter("producer_id") for _ in range(3)] == [0, 1, 2]
 
@@ -90,8 +95,9 @@ def test_topics_segments_chunks_offsets_round_trip(pg_url: str) -> None:  # noqa
     assert db.load_log_starts("t") == {0: 5, 1: 8}
     assert db.load_chunks("t") == []
 
-    db.commit_offsets([CommittedOffset("g", "t", 0, 10, -1, None, 1),
-                       CommittedOffset("g", "t", 1, 11, 3, "m", 2)])
+    db.commit_offsets(
+        [CommittedOffset("g", "t", 0, 10, -1, None, 1), CommittedOffset("g", "t", 1, 11, 3, "m", 2)]
+    )
     db.commit_offsets([CommittedOffset("g", "t", 0, 12, -1, None, 3)])
     assert [(o.partition, o.offset) for o in db.load_offsets()] == [(0, 12), (1, 11)]
     db.delete_offsets("g", [("t", 1)])
@@ -106,8 +112,9 @@ def test_node_lease_is_compare_and_set_and_fences_a_stale_incarnation(
 ) -> None:
     db = PostgresMetadataStore(pg_url)
     db.create_topic(_topic())
+    assert db.segment_owners("t") == {0: (None, 1)}  # created without a node id
     first = db.register_node(1, "127.0.0.1", 9092, 0.5, exclusive=True)
-    assert db.segment_owners("t") == {0: (1, 1)}
+    assert db.segment_owners("t") == {0: (1, 2)}
     assert db.renew_lease(1, first, 0.5)
     with pytest.raises(LeaseError, match="held by a live process"):
         db.register_node(1, "127.0.0.1", 9092, 0.5, exclusive=True)
@@ -117,7 +124,7 @@ def test_node_lease_is_compare_and_set_and_fences_a_stale_incarnation(
     assert not db.renew_lease(1, first, 0.5)  # expired: a renewal cannot revive it
     second = db.register_node(1, "127.0.0.1", 9092, 5, exclusive=True)
     assert second == first + 1
-    assert db.segment_owners("t") == {0: (1, 2)}  # the claim bumped the owner epoch
+    assert db.segment_owners("t") == {0: (1, 3)}  # the claim bumped the owner epoch
     assert not db.renew_lease(1, first, 5)  # the stale incarnation stays fenced out
     assert db.renew_lease(1, second, 5)
     assert [(n.node_id, n.live) for n in db.nodes()] == [(1, True)]
@@ -126,7 +133,7 @@ def test_node_lease_is_compare_and_set_and_fences_a_stale_incarnation(
     # node 1's segments wait for node 1 (its tier-1 log is on its disk), even once released
     with pytest.raises(LeaseError, match=r"belong to node\(s\) \[1\]"):
         db.register_node(2, "127.0.0.1", 9093, 5, exclusive=True)
-    assert db.segment_owners("t") == {0: (1, 2)}
+    assert db.segment_owners("t") == {0: (1, 3)}
     db.delete_topic("t")
     assert db.register_node(2, "127.0.0.1", 9093, 5, exclusive=True) == 1
     db.close()
@@ -137,5 +144,5 @@ def test_successors_stay_with_the_owner_of_their_predecessors(pg_url: str) -> No
     db.create_topic(_topic())
     db.register_node(3, "h", 1, 5, exclusive=True)
     db.scale_segments("t", [0], [SegmentRecord(1, 1, 0, 1), SegmentRecord(2, 1, 2, 3)])
-    assert db.segment_owners("t") == {0: (3, 1), 1: (3, 1), 2: (3, 1)}
+    assert db.segment_owners("t") == {0: (3, 2), 1: (3, 1), 2: (3, 1)}
     db.close()
