@@ -152,6 +152,8 @@ async def _serve_tcp(
         max_request_bytes=settings.max_request_bytes,
         listener=f"{settings.listen_host}:{port}",
     )
+    if settings.metadata_url:  # a node of a cluster answers with its own id
+        ctx.node_id = settings.node_id
     server_settings = ServerSettings(
         max_request_bytes=settings.max_request_bytes,
         connections_max_idle_ms=settings.connections_max_idle_ms,

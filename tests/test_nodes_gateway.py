@@ -219,3 +219,31 @@ def test_a_node_frozen_past_its_lease_is_fenced_out(
     finally:
         stale.close()
         fresh.close()
+
+
+def test_a_node_answers_with_its_own_id(tmp_path: Path, pg_url: str) -> None:  # noqa: F811
+    gw = _node(tmp_path, pg_url, node_id=7)
+    gw.start_fresh()
+    try:
+        producer = Producer({"bootstrap.servers": gw.bootstrap})
+        producer.produce("ids", value=b"x")
+        assert producer.flush(20) == 0
+        meta = producer.list_topics("ids", timeout=10)
+        assert list(meta.brokers) == [7]
+        assert {p.leader for p in meta.topics["ids"].partitions.values()} == {7}
+        consumer = Consumer(
+            {
+                "bootstrap.servers": gw.bootstrap,
+                "group.id": "ids-g",
+                "auto.offset.reset": "earliest",
+            }
+        )
+        consumer.subscribe(["ids"])
+        deadline = time.monotonic() + 30
+        msg = None
+        while msg is None and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+        assert msg is not None and msg.value() == b"x"  # the coordinator (node 7) was found
+        consumer.close()
+    finally:
+        gw.close()
