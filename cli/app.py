@@ -42,6 +42,7 @@ class Settings:
     metadata_url: str | None = None
     node_id: int = 1
     node_lease_s: float = 3.0
+    multi_node: bool = False  # several active nodes (experimental; README "Several nodes")
 
 
 async def serve(settings: Settings) -> None:
@@ -115,10 +116,11 @@ async def _start_node(settings: Settings, store: StreamStore, root: trio.Nursery
             settings.advertised_host or settings.listen_host,
             settings.advertised_port or settings.listen_port,
             lease_s=settings.node_lease_s,
+            exclusive=not settings.multi_node,
         ),
     )
     await membership.register()
-    lease_scope = trio.CancelScope()
+    lease_scope, sync_scope = trio.CancelScope(), trio.CancelScope()
 
     async def renew() -> None:
         with lease_scope:
@@ -128,10 +130,18 @@ async def _start_node(settings: Settings, store: StreamStore, root: trio.Nursery
         try:
             await store.run(task_status=task_status)
         finally:
+            sync_scope.cancel()
             lease_scope.cancel()
 
     root.start_soon(renew)
     await root.start(run_store)
+    if settings.multi_node:
+
+        async def sync() -> None:
+            with sync_scope:
+                await membership.sync(store)
+
+        root.start_soon(sync)
 
 
 async def _serve_tcp(

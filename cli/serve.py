@@ -180,6 +180,13 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="this node's id in a cluster sharing --metadata (STREAMGATE_NODE_ID, default 1)",
     )
     serve_cmd.add_argument(
+        "--multi-node",
+        type=_bool,
+        default=_bool(_env("MULTI_NODE", "false") or "false"),
+        help="with --metadata: several active nodes share the database, each topic led by "
+        "the node that created it (STREAMGATE_MULTI_NODE; experimental, default false)",
+    )
+    serve_cmd.add_argument(
         "--node-lease-s",
         type=float,
         default=float(_env("NODE_LEASE_S", "3") or 3),
@@ -238,6 +245,7 @@ def run(args: argparse.Namespace) -> int:
     settings.metadata_url = args.metadata
     settings.node_id = args.node_id
     settings.node_lease_s = args.node_lease_s
+    settings.multi_node = args.multi_node
     os.makedirs(settings.data_dir, exist_ok=True)
     try:
         trio.run(serve, settings)

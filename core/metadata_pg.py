@@ -27,6 +27,8 @@ from dataclasses import astuple, dataclass
 
 import psycopg
 
+from .api import TopicError
+from .errors import ErrorCode
 from .metadata import (
     ChunkRecord,
     ChunkSlice,
@@ -187,7 +189,16 @@ class PostgresMetadataStore:
         return list(topics.values())
 
     def create_topic(self, topic: TopicRecord) -> None:
+        """TopicError(TOPIC_ALREADY_EXISTS) when another node created it first."""
         topic.created_ms = topic.created_ms or int(time.time() * 1000)
+        try:
+            self._create_topic(topic)
+        except psycopg.errors.UniqueViolation:
+            raise TopicError(
+                ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {topic.name!r} already exists"
+            ) from None
+
+    def _create_topic(self, topic: TopicRecord) -> None:
         with self._transaction() as db:
             db.execute(
                 "INSERT INTO topics VALUES (%s, %s, %s, %s, %s)",
@@ -499,6 +510,15 @@ class PostgresMetadataStore:
                 "ORDER BY node_id"
             ).fetchall()
         return [NodeRecord(*row) for row in rows]
+
+    def topic_owners(self) -> dict[str, int]:
+        """topic -> the node owning its open segments (one per topic: see scale_segments)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT topic, min(owner_node) FROM segments WHERE NOT sealed "
+                "AND owner_node IS NOT NULL GROUP BY topic"
+            ).fetchall()
+        return {str(topic): int(node) for topic, node in rows}
 
     def segment_owners(self, name: str) -> dict[int, tuple[int | None, int]]:
         """segment id -> (owner node, owner epoch) for the topic's segments."""

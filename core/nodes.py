@@ -15,11 +15,16 @@ import logging
 import os
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import trio
 
+from .cluster_view import CLUSTER
 from .fencing import FENCE
 from .metadata_pg import LeaseError, PostgresMetadataStore
+
+if TYPE_CHECKING:
+    from .store import StreamStore
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +40,7 @@ class NodeSettings:
     # A restart after SIGKILL finds its previous incarnation's lease still live: wait for it.
     register_timeout_s: float = 10.0
     exclusive: bool = True  # one active node per database (README "Several nodes")
+    sync_every_s: float = 0.5  # several active nodes: how often the cluster view refreshes
 
     @property
     def margin_s(self) -> float:
@@ -73,12 +79,34 @@ class NodeMembership:
                     raise
                 await trio.sleep(s.lease_s / 10)
         FENCE.renewed(started, s.lease_s, s.margin_s)
+        if not s.exclusive:
+            CLUSTER.node_id = s.node_id
+            CLUSTER.brokers = [(s.node_id, s.host, s.port)]
+            CLUSTER.enabled = True
         log.info(
             "node %d registered (incarnation %d, lease %.1f s)",
             s.node_id,
             self.incarnation,
             s.lease_s,
         )
+
+    async def sync(self, store: StreamStore) -> None:
+        """Several active nodes: refresh the live brokers and topic owners, and open the
+        topics other nodes created, until cancelled."""
+        assert self._db is not None, "register first"
+        db = self._db
+        while True:
+            try:
+                nodes = await self._call(db.nodes)
+                owners = await self._call(db.topic_owners)
+                if any(name not in store.streams for name in owners):
+                    store.adopt_topics(await self._call(db.load_topics))
+            except Exception as exc:  # database unreachable: keep the last view
+                log.warning("node %d: cluster sync failed: %s", self.settings.node_id, exc)
+            else:
+                CLUSTER.brokers = [(n.node_id, n.host, n.port) for n in nodes if n.live]
+                CLUSTER.owners = owners
+            await trio.sleep(self.settings.sync_every_s)
 
     async def run(self) -> None:
         """Renew the lease until cancelled; ends the process if the lease was lost."""

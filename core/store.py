@@ -148,6 +148,12 @@ class StreamStore:
         with open(path) as f:
             return f.read().strip()
 
+    def adopt_topics(self, records: list[TopicRecord]) -> None:
+        """Several nodes: open the topics another node created (known ones are skipped)."""
+        for record in records:
+            if record.name not in self.streams and self._nursery is not None:
+                self._open_stream(record)
+
     def _open_stream(self, record: TopicRecord) -> Stream:
         nursery = self._nursery
         assert nursery is not None
@@ -283,7 +289,14 @@ class StreamStore:
         """The topic, auto-created with the default partition count if allowed."""
         stream = self.streams.get(name)
         if stream is None and self.settings.auto_create_topics:
-            stream = self.create_topic(name)
+            try:
+                stream = self.create_topic(name)
+            except TopicError as exc:
+                if exc.error_code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                    raise
+                # several nodes: another node created it since our last sync
+                self.adopt_topics([r for r in self.metadata.load_topics() if r.name == name])
+                stream = self.streams.get(name)
         return stream
 
     async def delete_topic(self, name: str) -> None:

@@ -9,6 +9,7 @@ import uuid
 import psycopg
 import pytest
 
+from core.api import TopicError
 from core.metadata import (
     ChunkRecord,
     ChunkSlice,
@@ -57,7 +58,7 @@ def test_topics_segments_chunks_offsets_round_trip(pg_url: str) -> None:  # noqa
     db = PostgresMetadataStore(pg_url)
     topic = _topic()
     db.create_topic(topic)
-    with pytest.raises(psycopg.errors.UniqueViolation):
+    with pytest.raises(TopicError, match="already exists"):
         db.create_topic(_topic())
     db.update_topic_configs("t", {"cleanup.policy": "delete"})
     with pytest.raises(KeyError):

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, NamedTuple, cast
 import trio
 
 from ..api import AppendResult
+from ..cluster_view import CLUSTER
 from ..errors import ErrorCode
 from ..fencing import FENCE
 from ..partition import Partition
@@ -80,6 +81,8 @@ def start_append(
         return AppendResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     if not FENCE.valid():  # nothing is written once this node's lease lapsed
         return AppendResult(ErrorCode.NOT_LEADER_OR_FOLLOWER, message="node lease lost")
+    if not CLUSTER.is_local(stream.name):  # another node owns the topic's segments
+        return AppendResult(ErrorCode.NOT_LEADER_OR_FOLLOWER, message="another node leads")
     if stream.usage.full:  # tier 2 is behind (or down): retriable, nothing is written
         return AppendResult(
             ErrorCode.KAFKA_STORAGE_ERROR,

@@ -7,6 +7,7 @@ import uuid
 from typing import Any
 
 from core.api import ZERO_UUID, Topic, TopicError, validate_topic_name
+from core.cluster_view import CLUSTER
 from core.errors import ErrorCode
 from gateway.protocol.apis import SUPPORTED_APIS
 from gateway.protocol.codec import RequestHeader
@@ -66,7 +67,7 @@ async def metadata(ctx: GatewayContext, header: RequestHeader, body: Any) -> byt
     return encode_metadata_response(
         header.correlation_id,
         header.api_version,
-        [(ctx.node_id, ctx.advertised_host, ctx.advertised_port)],
+        CLUSTER.brokers or [(ctx.node_id, ctx.advertised_host, ctx.advertised_port)],
         store.cluster_id,
         ctx.node_id,
         topics,
@@ -79,7 +80,14 @@ async def metadata(ctx: GatewayContext, header: RequestHeader, body: Any) -> byt
 
 
 def _topic_metadata(topic: Topic) -> TopicMetadata:
-    return TopicMetadata(ErrorCode.NONE, topic.name, topic.partition_count, topic.topic_id)
+    leader = CLUSTER.leader(topic.name)  # several nodes: the owner of its segments
+    return TopicMetadata(
+        ErrorCode.NONE,
+        topic.name,
+        topic.partition_count,
+        topic.topic_id,
+        -1 if leader is None else leader,
+    )
 
 
 def _topic_metadata_by_id(ctx: GatewayContext, topic_id: uuid.UUID | None) -> TopicMetadata:

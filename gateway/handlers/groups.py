@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from core.cluster_view import CLUSTER
 from core.errors import ErrorCode
 from core.groups import GroupState, JoinRequest, SyncRequest
 from gateway.protocol.codec import RequestHeader
@@ -29,6 +30,10 @@ async def find_coordinator(ctx: GatewayContext, header: RequestHeader, body: Any
     coordinator either."""
     key_type = getattr(body, "key_type", _KEY_TYPE_GROUP)
     if key_type == _KEY_TYPE_GROUP:
+        other = CLUSTER.coordinator(getattr(body, "key", "") or "")
+        if other is not None:  # several nodes: groups are spread over the live nodes
+            return {"error_code": ErrorCode.NONE, "node_id": other[0], "host": other[1],
+                    "port": other[2]}
         return {
             "error_code": ErrorCode.NONE,
             "node_id": ctx.node_id,
