@@ -9,8 +9,10 @@
   (same node id and data dir). The restart must wait for the killed incarnation's lease to
   expire; we time kill -> first acknowledged record after the restart, per lease length.
 
-Several *active* nodes are not measured: this build serves one active node per database
-(see README). Results: a table and JSON with provenance (compat/results/nodes.json).
+* scale-out: 1, 2 and 4 active nodes (`--multi-node`), one topic led by each and one
+  producer per node at once; aggregate produce records/s and the ratio to one node.
+
+Results: a table and JSON with provenance (compat/results/nodes.json).
 """
 
 from __future__ import annotations
@@ -158,6 +160,79 @@ def _failover(gw: Gateway, rounds: int) -> list[float]:
     return times
 
 
+def _scale_out(pg: PostgresServer, work: Path, nodes: int, records: int, size: int) -> Any:
+    """`nodes` active nodes (--multi-node), one topic led by each, one producer process-wide
+    thread per node writing `records` to its node's topic at once; aggregate records/s."""
+    url = _new_database(pg, f"scale{nodes}")
+    gws = [
+        Gateway(
+            work / f"s{nodes}-{i}",
+            work / f"s{nodes}-{i}.log",
+            [
+                "--metadata",
+                url,
+                "--node-id",
+                str(i),
+                "--multi-node",
+                "true",
+                "--tier2",
+                str(work / f"s{nodes}-tier2"),
+            ],
+        )
+        for i in range(1, nodes + 1)
+    ]
+    try:
+        for gw in gws:
+            gw.start_fresh()
+        topics = []
+        for i, gw in enumerate(gws, start=1):
+            topic = f"scale-{i}"
+            admin = AdminClient({"bootstrap.servers": gw.bootstrap})
+            admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS)])[topic].result(20)
+            topics.append((gw.bootstrap, topic))
+        time.sleep(1.5)  # every node has synced every topic's leader
+        elapsed: list[float] = []
+        payload = b"x" * size
+
+        def produce(bootstrap: str, topic: str) -> None:
+            producer = Producer(
+                {
+                    "bootstrap.servers": bootstrap,
+                    "acks": "all",
+                    "enable.idempotence": True,
+                    "linger.ms": 5,
+                    "batch.size": 262144,
+                }
+            )
+            started = time.perf_counter()
+            for i in range(records):
+                while True:
+                    try:
+                        producer.produce(topic, value=payload, key=str(i % 64).encode())
+                        break
+                    except BufferError:
+                        producer.poll(0.01)
+            assert producer.flush(300) == 0
+            elapsed.append(time.perf_counter() - started)
+
+        threads = [threading.Thread(target=produce, args=t) for t in topics]
+        started = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        wall = time.perf_counter() - started
+        return {
+            "nodes": nodes,
+            "records": records * nodes,
+            "seconds": round(wall, 2),
+            "produce_records_per_s": round(records * nodes / wall),
+        }
+    finally:
+        for gw in gws:
+            gw.close()
+
+
 def _new_database(pg: PostgresServer, name: str) -> str:
     with psycopg.connect(pg.dsn, autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {name}")
@@ -170,6 +245,8 @@ def main() -> int:
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--failover-rounds", type=int, default=3)
     parser.add_argument("--leases", default="1,3", help="lease lengths (s) to time failover")
+    parser.add_argument("--nodes", default="1,2,4", help="active node counts to compare")
+    parser.add_argument("--scale-records", type=int, default=30_000, help="per node")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-nodes-"))
@@ -193,6 +270,14 @@ def main() -> int:
             finally:
                 gw.close()
             print(name, result[f"throughput_{name}"], flush=True)
+        result["scale_out"] = [
+            _scale_out(pg, work, n, args.scale_records, args.size)
+            for n in (int(x) for x in args.nodes.split(","))
+        ]
+        base = result["scale_out"][0]["produce_records_per_s"]
+        for row in result["scale_out"]:
+            row["ratio_to_first"] = round(row["produce_records_per_s"] / base, 2)
+            print("scale-out", row, flush=True)
         result["failover_s"] = {}
         for lease in args.leases.split(","):
             gw = Gateway(
