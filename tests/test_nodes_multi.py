@@ -6,12 +6,14 @@ nodes by FindCoordinator."""
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from crash_checks import check_exactly_once, read_from_start
 from helpers import (
     RawClient,
     Rec,
@@ -116,3 +118,77 @@ def test_three_nodes_lead_their_topics_and_clients_follow(cluster: list[Gateway]
     kc.subscribe(["on2"])
     assert len(list(kc)) == 200
     kc.close()
+
+
+def test_a_node_killed_under_load_loses_nothing_and_the_others_keep_serving(
+    tmp_path: Path,
+    pg_url: str,  # noqa: F811
+) -> None:
+    nodes = [
+        Gateway(
+            tmp_path / f"k{i}",
+            tmp_path / f"k{i}.log",
+            [*gateway_args(pg_url, i, lease_s=1.0), "--multi-node", "true"],
+        )
+        for i in (1, 2, 3)
+    ]
+    try:
+        for node in nodes:
+            node.start_fresh()
+        for i, node in enumerate(nodes, start=1):
+            admin = AdminClient({"bootstrap.servers": node.bootstrap})
+            admin.create_topics([NewTopic(f"k{i}", num_partitions=4)])[f"k{i}"].result(10)
+        for i in (1, 2):
+            wait_until(lambda i=i: _leaders(nodes[0].bootstrap, f"k{i}")[1] == {i}, 15)
+
+        acked: dict[str, dict[str, tuple[int, int]]] = {"k1": {}, "k2": {}}
+        acked_at: dict[str, list[float]] = {"k1": [], "k2": []}
+        lock = threading.Lock()
+
+        def on_delivery(err, msg) -> None:  # type: ignore[no-untyped-def]
+            if err is None:
+                with lock:
+                    acked[msg.topic()][msg.value().decode()] = (msg.partition(), msg.offset())
+                    acked_at[msg.topic()].append(time.monotonic())
+
+        producer = Producer(
+            {
+                "bootstrap.servers": nodes[0].bootstrap,
+                "acks": "all",
+                "enable.idempotence": True,
+                "linger.ms": 2,
+                "message.timeout.ms": 90000,
+                "reconnect.backoff.ms": 50,
+                "reconnect.backoff.max.ms": 200,
+            }
+        )
+        sent = 0
+
+        def produce_for(seconds: float) -> None:
+            nonlocal sent
+            deadline = time.monotonic() + seconds
+            while time.monotonic() < deadline:
+                for topic in ("k1", "k2"):
+                    producer.produce(
+                        topic, key=f"k{sent % 13}", value=f"{sent}", on_delivery=on_delivery
+                    )
+                    sent += 1
+                producer.poll(0.005)
+
+        produce_for(1.0)
+        nodes[1].kill()  # node 2 leads k2
+        killed = time.monotonic()
+        produce_for(1.5)  # k2 waits (its leader is gone); k1 on node 1 goes on
+        with lock:
+            k1_during = [t for t in acked_at["k1"] if t > killed + 0.1]
+        nodes[1].start()  # the same node id and data dir: k2 is served again
+        produce_for(1.0)
+        assert producer.flush(90) == 0
+        assert k1_during, "node 1 stopped acknowledging while node 2 was down"
+        for topic in ("k1", "k2"):
+            assert len(acked[topic]) > 100, topic
+            stored = read_from_start(nodes[0].bootstrap, topic, 4)
+            check_exactly_once(stored, acked[topic])
+    finally:
+        for node in nodes:
+            node.close()
