@@ -6,6 +6,7 @@ import logging
 import signal
 import socket
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -15,6 +16,9 @@ from core.store import StoreSettings, StreamStore
 from core.tiering import TierSettings
 from gateway.handlers.context import GatewayContext
 from gateway.server import Gateway, ServerSettings
+
+if TYPE_CHECKING:
+    from core.nodes import NodeMembership
 
 log = logging.getLogger("streamgate")
 
@@ -61,8 +65,9 @@ async def serve(settings: Settings) -> None:
         )
     )
     async with trio.open_nursery() as root:
+        membership = None
         if settings.metadata_url:
-            await _start_node(settings, store, root)
+            membership = await _start_node(settings, store, root)
         else:
             await root.start(store.run)
         groups = GroupCoordinator(
@@ -71,6 +76,8 @@ async def serve(settings: Settings) -> None:
             offload=store.worker.call,
         )
         store.on_topic_deleted.append(groups.on_topic_deleted)
+        if membership is not None and settings.multi_node:
+            membership.offsets_sink = groups.offsets.refresh_group
         await root.start(groups.run)
         try:
             with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -104,7 +111,7 @@ async def serve(settings: Settings) -> None:
             store.stop()  # flushers drain what is queued, then the store closes
 
 
-async def _start_node(settings: Settings, store: StreamStore, root: trio.Nursery) -> None:
+async def _start_node(settings: Settings, store: StreamStore, root: trio.Nursery) -> NodeMembership:
     """Take this node's lease before the store opens its segments; keep renewing it until
     the store has closed (queued writes flushed), then release it."""
     from core.nodes import NodeMembership, NodeSettings  # psycopg only when asked for
@@ -142,6 +149,7 @@ async def _start_node(settings: Settings, store: StreamStore, root: trio.Nursery
                 await membership.sync(store)
 
         root.start_soon(sync)
+    return membership
 
 
 async def _serve_tcp(

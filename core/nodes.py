@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -21,6 +22,7 @@ import trio
 
 from .cluster_view import CLUSTER
 from .fencing import FENCE
+from .metadata import CommittedOffset
 from .metadata_pg import LeaseError, PostgresMetadataStore
 
 if TYPE_CHECKING:
@@ -58,6 +60,8 @@ class NodeMembership:
         self.incarnation = 0
         self._db: PostgresMetadataStore | None = None
         self._limiter = trio.CapacityLimiter(1)
+        # several nodes: given the committed offsets of each group another node coordinates
+        self.offsets_sink: Callable[[str, list[CommittedOffset], bool], None] | None = None
 
     async def _call(self, fn, *args):  # type: ignore[no-untyped-def]
         return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)
@@ -95,7 +99,9 @@ class NodeMembership:
         topics other nodes created, until cancelled."""
         assert self._db is not None, "register first"
         db = self._db
+        cycle = 0
         while True:
+            cycle += 1
             try:
                 nodes = await self._call(db.nodes)
                 owners = await self._call(db.topic_owners)
@@ -106,7 +112,26 @@ class NodeMembership:
             else:
                 CLUSTER.brokers = [(n.node_id, n.host, n.port) for n in nodes if n.live]
                 CLUSTER.owners = owners
+            if self.offsets_sink is not None and cycle % 4 == 0:
+                await self._refresh_offsets(db, self.offsets_sink)
             await trio.sleep(self.settings.sync_every_s)
+
+    async def _refresh_offsets(
+        self,
+        db: PostgresMetadataStore,
+        sink: Callable[[str, list[CommittedOffset], bool], None],
+    ) -> None:
+        try:
+            rows = await self._call(db.load_offsets)
+        except Exception as exc:
+            log.warning("node %d: offsets refresh failed: %s", self.settings.node_id, exc)
+            return
+        by_group: dict[str, list[CommittedOffset]] = {}
+        for row in rows:
+            by_group.setdefault(row.group_id, []).append(row)
+        for group_id, offsets in by_group.items():
+            owner = CLUSTER.coordinator(group_id)
+            sink(group_id, offsets, owner is not None and owner[0] != self.settings.node_id)
 
     async def run(self) -> None:
         """Renew the lease until cancelled; ends the process if the lease was lost."""

@@ -192,3 +192,57 @@ def test_a_node_killed_under_load_loses_nothing_and_the_others_keep_serving(
     finally:
         for node in nodes:
             node.close()
+
+
+def test_a_group_moves_to_another_coordinator_with_its_committed_offsets(
+    cluster: list[Gateway],
+) -> None:
+    import zlib
+
+    # a group that node 3 coordinates among nodes 1-3, reading a topic that node 1 leads
+    group = next(g for g in (f"move-{n}" for n in range(1000)) if zlib.crc32(g.encode()) % 3 == 2)
+    admin = AdminClient({"bootstrap.servers": cluster[0].bootstrap})
+    admin.create_topics([NewTopic("moving", num_partitions=2)])["moving"].result(10)
+    for node in cluster:  # every node sees all three before the group starts
+        wait_until(lambda n=node: _leaders(n.bootstrap, "moving") == ({1, 2, 3}, {1}), 15)
+    producer = Producer({"bootstrap.servers": cluster[0].bootstrap, "acks": "all"})
+    for n in range(100):
+        producer.produce("moving", value=f"m{n}", partition=n % 2)
+    assert producer.flush(30) == 0
+    conf = {
+        "bootstrap.servers": cluster[0].bootstrap,
+        "group.id": group,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+    }
+    first = Consumer(conf)
+    first.subscribe(["moving"])
+    got = 0
+    deadline = time.monotonic() + 30
+    while got < 100 and time.monotonic() < deadline:
+        msg = first.poll(0.5)
+        if msg is not None and msg.error() is None:
+            got += 1
+    first.commit(asynchronous=False)
+    first.close()
+    assert got == 100
+
+    cluster[2].stop()  # node 3 goes away: the group hashes over nodes 1-2 now
+    wait_until(lambda: _leaders(cluster[0].bootstrap, "moving")[0] == {1, 2}, 15)
+    time.sleep(2.5)  # the new coordinator's periodic refresh has read the offsets
+    for n in range(100, 110):
+        producer.produce("moving", value=f"m{n}", partition=n % 2)
+    assert producer.flush(30) == 0
+    second = Consumer(conf)
+    second.subscribe(["moving"])
+    values = []
+    deadline = time.monotonic() + 30
+    while len(values) < 10 and time.monotonic() < deadline:
+        msg = second.poll(0.5)
+        if msg is not None and msg.error() is None:
+            values.append(msg.value().decode())
+    extra = second.poll(2.0)
+    second.close()
+    # resumed from the committed offsets: only the 10 new records, none of the first 100
+    assert sorted(values) == sorted(f"m{n}" for n in range(100, 110)), values[:5]
+    assert extra is None or extra.error() is not None
