@@ -161,7 +161,7 @@ def _failover(gw: Gateway, rounds: int) -> list[float]:
 
 
 def _scale_out(pg: PostgresServer, work: Path, nodes: int, records: int, size: int) -> Any:
-    """`nodes` active nodes (--multi-node), one topic led by each, one producer process-wide
+    """`nodes` active nodes (--multi-node), one topic led by each, one producer
     thread per node writing `records` to its node's topic at once; aggregate records/s."""
     url = _new_database(pg, f"scale{nodes}")
     gws = [
