@@ -10,6 +10,7 @@ import signal
 import socket
 import ssl
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -27,6 +28,9 @@ from gateway.handlers.context import GatewayContext
 from gateway.security.listeners import Listener, ListenerSetup
 from gateway.security.sasl import ALL_MECHANISMS
 from gateway.server import Gateway, ServerSettings
+
+if TYPE_CHECKING:
+    from core.nodes import NodeMembership
 
 log = logging.getLogger("streamgate")
 
@@ -59,6 +63,11 @@ class Settings:
     ssl_client_auth: str = "none"
     sasl_mechanisms: tuple[str, ...] = ALL_MECHANISMS
     compaction: CompactionSettings = field(default_factory=CompactionSettings)
+    # README "Several nodes": postgresql://... metadata, this node's id and lease
+    metadata_url: str | None = None
+    node_id: int = 1
+    node_lease_s: float = 3.0
+    multi_node: bool = False  # several active nodes (experimental; README "Several nodes")
 
 
 async def serve(settings: Settings) -> None:
@@ -73,10 +82,16 @@ async def serve(settings: Settings) -> None:
             s3_endpoint=settings.s3_endpoint,
             tier=settings.tier,
             compaction=settings.compaction,
+            metadata_url=settings.metadata_url,
+            node_id=settings.node_id if settings.metadata_url else None,
         )
     )
     async with trio.open_nursery() as root:
-        await root.start(store.run)
+        membership = None
+        if settings.metadata_url:
+            membership = await _start_node(settings, store, root)
+        else:
+            await root.start(store.run)
         credentials = Credentials(
             SQLiteCredentialStore(os.path.join(settings.data_dir, "metadata.db")),
             store.worker.call,
@@ -87,6 +102,8 @@ async def serve(settings: Settings) -> None:
             offload=store.worker.call,
         )
         store.on_topic_deleted.append(groups.on_topic_deleted)
+        if membership is not None and settings.multi_node:
+            membership.offsets_sink = groups.offsets.refresh_group
         await root.start(groups.run)
         txns = TransactionCoordinator(store, store.metadata, store.worker, groups.offsets.commit)
         await root.start(txns.run)
@@ -122,6 +139,47 @@ async def serve(settings: Settings) -> None:
             groups.stop()
             store.stop()  # flushers drain what is queued, then the store closes
             credentials.backend.close()
+
+
+async def _start_node(settings: Settings, store: StreamStore, root: trio.Nursery) -> NodeMembership:
+    """Take this node's lease before the store opens its segments; keep renewing it until
+    the store has closed (queued writes flushed), then release it."""
+    from core.nodes import NodeMembership, NodeSettings  # psycopg only when asked for
+
+    membership = NodeMembership(
+        settings.metadata_url or "",
+        NodeSettings(
+            settings.node_id,
+            settings.advertised_host or settings.listen_host,
+            settings.advertised_port or settings.listen_port,
+            lease_s=settings.node_lease_s,
+            exclusive=not settings.multi_node,
+        ),
+    )
+    await membership.register()
+    lease_scope, sync_scope = trio.CancelScope(), trio.CancelScope()
+
+    async def renew() -> None:
+        with lease_scope:
+            await membership.run()
+
+    async def run_store(task_status: trio.TaskStatus[None]) -> None:
+        try:
+            await store.run(task_status=task_status)
+        finally:
+            sync_scope.cancel()
+            lease_scope.cancel()
+
+    root.start_soon(renew)
+    await root.start(run_store)
+    if settings.multi_node:
+
+        async def sync() -> None:
+            with sync_scope:
+                await membership.sync(store)
+
+        root.start_soon(sync)
+    return membership
 
 
 async def _serve_tcp(
@@ -179,6 +237,8 @@ async def _serve_tcp(
         else (),
         transactions=transactions,
     )
+    if settings.metadata_url:  # a node of a cluster answers with its own id
+        ctx.node_id = settings.node_id
     server_settings = ServerSettings(
         max_request_bytes=settings.max_request_bytes,
         connections_max_idle_ms=settings.connections_max_idle_ms,

@@ -188,6 +188,33 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="how often compacted topics are checked and cleaned "
         "(STREAMGATE_COMPACTION_INTERVAL_MS, default 15000, as Kafka's log.cleaner.backoff.ms)",
     )
+    # README "Several nodes"
+    serve_cmd.add_argument(
+        "--metadata",
+        default=_env("METADATA"),
+        help="shared metadata database: postgresql://user@host:port/db (STREAMGATE_METADATA; "
+        "default: SQLite in the data dir)",
+    )
+    serve_cmd.add_argument(
+        "--node-id",
+        type=int,
+        default=int(_env("NODE_ID", "1") or 1),
+        help="this node's id in a cluster sharing --metadata (STREAMGATE_NODE_ID, default 1)",
+    )
+    serve_cmd.add_argument(
+        "--multi-node",
+        type=_bool,
+        default=_bool(_env("MULTI_NODE", "false") or "false"),
+        help="with --metadata: several active nodes share the database, each topic led by "
+        "the node that created it (STREAMGATE_MULTI_NODE; experimental, default false)",
+    )
+    serve_cmd.add_argument(
+        "--node-lease-s",
+        type=float,
+        default=float(_env("NODE_LEASE_S", "3") or 3),
+        help="a node's lease on its segments, renewed every lease/6 "
+        "(STREAMGATE_NODE_LEASE_S, default 3)",
+    )
     serve_cmd.add_argument(
         "--log-level",
         default=_env("LOG_LEVEL", "INFO"),
@@ -334,6 +361,18 @@ def run(args: argparse.Namespace) -> int:
         acl=acl_flags.settings_from(args),
         compaction=CompactionSettings(interval_s=args.compaction_interval_ms / 1000),
     )
+    if args.metadata and not args.metadata.startswith(("postgresql://", "postgres://")):
+        raise SystemExit(f"--metadata must be a postgresql:// URL, got {args.metadata!r}")
+    settings.metadata_url = args.metadata
+    settings.node_id = args.node_id
+    settings.node_lease_s = args.node_lease_s
+    settings.multi_node = args.multi_node
     os.makedirs(settings.data_dir, exist_ok=True)
-    trio.run(serve, settings)
+    try:
+        trio.run(serve, settings)
+    except* Exception as group:  # a node that cannot take its lease: one clear line
+        lease = [e for e in group.exceptions if type(e).__name__ == "LeaseError"]
+        if not lease:
+            raise
+        raise SystemExit(f"streamgate: {lease[0]}") from None
     return 0

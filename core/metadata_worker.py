@@ -20,6 +20,15 @@ from .api import StorageError
 
 T = TypeVar("T")
 
+# The backends' own errors become StorageError (psycopg only when it is installed).
+_BACKEND_ERRORS: tuple[type[Exception], ...] = (sqlite3.Error, OSError)
+try:
+    import psycopg
+
+    _BACKEND_ERRORS += (psycopg.Error,)
+except ImportError:  # pragma: no cover - the SQLite-only install
+    pass
+
 
 class MetadataWorker:
     def __init__(self) -> None:
@@ -29,5 +38,5 @@ class MetadataWorker:
         """`fn(*args)` in the worker thread; StorageError if the database failed it."""
         try:
             return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)
-        except (sqlite3.Error, OSError) as exc:
+        except _BACKEND_ERRORS as exc:
             raise StorageError(f"metadata store: {exc}") from exc

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import trio
 
+from .cluster_view import CLUSTER
 from .scaling.plan import ScaleError
 from .scaling.policy import Decision, ScalingPolicy, SegmentLoad, decide
 from .stream import Stream
@@ -117,7 +118,7 @@ async def run_scaler(
             return
         meter.sample()
         policy = ScalingPolicy.from_configs(stream.record.configs)
-        if policy.kind == "fixed":
+        if policy.kind == "fixed" or not CLUSTER.is_local(stream.name):  # owner scales
             continue
         for decision in decide(meter.loads(policy.kind == "event-rate"), policy, cooldown):
             log.info(

@@ -19,7 +19,7 @@ import trio
 from .api import ScaleResult, TopicError, validate_topic_name
 from .compaction import CompactionSettings, Compactor
 from .errors import ErrorCode
-from .metadata import SegmentRecord, SQLiteMetadataStore, TopicRecord
+from .metadata import MetadataStore, SegmentRecord, SQLiteMetadataStore, TopicRecord
 from .metadata_worker import MetadataWorker
 from .scaler import RateMeter, run_scaler
 from .scaling.plan import ScaleError, split_range
@@ -46,6 +46,9 @@ class StoreSettings:
     s3_endpoint: str | None = None
     tier: TierSettings = field(default_factory=TierSettings)
     compaction: CompactionSettings = field(default_factory=CompactionSettings)
+    # None: SQLite in the data dir; postgresql://...: shared metadata (README "Several nodes")
+    metadata_url: str | None = None
+    node_id: int | None = None  # with metadata_url: this node (owner of what it creates)
 
 
 class StreamStore:
@@ -54,7 +57,7 @@ class StreamStore:
         self.streams: dict[str, Stream] = {}
         self._by_id: dict[uuid.UUID, Stream] = {}
         self.meters: dict[str, RateMeter] = {}
-        self._metadata: SQLiteMetadataStore | None = None
+        self._metadata: MetadataStore | None = None
         self.object_store: ObjectStore | None = None
         self._tier: TierManager | None = None
         self._worker: MetadataWorker | None = None
@@ -66,7 +69,7 @@ class StreamStore:
         self.on_topic_deleted: list[Callable[[str], None]] = []
 
     @property
-    def metadata(self) -> SQLiteMetadataStore:
+    def metadata(self) -> MetadataStore:
         assert self._metadata is not None, "store is not running"
         return self._metadata
 
@@ -85,8 +88,17 @@ class StreamStore:
         """Open and recover the store, then keep segment flushers, uploads and retention
         running until `stop`."""
         os.makedirs(self._streams_dir, exist_ok=True)
-        self._metadata = SQLiteMetadataStore(os.path.join(self.settings.data_dir, "metadata.db"))
-        self.cluster_id = self._load_cluster_id()
+        if self.settings.metadata_url:
+            from .metadata_pg import PostgresMetadataStore  # psycopg only when asked for
+
+            pg = PostgresMetadataStore(self.settings.metadata_url, self.settings.node_id)
+            self._metadata = pg
+            self.cluster_id = pg.cluster_id()
+        else:
+            self._metadata = SQLiteMetadataStore(
+                os.path.join(self.settings.data_dir, "metadata.db")
+            )
+            self.cluster_id = self._load_cluster_id()
         self.object_store = open_object_store(
             self.settings.tier2_url, self.settings.data_dir, self.settings.s3_endpoint
         )
@@ -152,6 +164,12 @@ class StreamStore:
             os.replace(tmp, path)
         with open(path) as f:
             return f.read().strip()
+
+    def adopt_topics(self, records: list[TopicRecord]) -> None:
+        """Several nodes: open the topics another node created (known ones are skipped)."""
+        for record in records:
+            if record.name not in self.streams and self._nursery is not None:
+                self._open_stream(record)
 
     def _open_stream(self, record: TopicRecord) -> Stream:
         nursery = self._nursery
@@ -290,7 +308,14 @@ class StreamStore:
         """The topic, auto-created with the default partition count if allowed."""
         stream = self.streams.get(name)
         if stream is None and self.settings.auto_create_topics:
-            stream = self.create_topic(name)
+            try:
+                stream = self.create_topic(name)
+            except TopicError as exc:
+                if exc.error_code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                    raise
+                # several nodes: another node created it since our last sync
+                self.adopt_topics([r for r in self.metadata.load_topics() if r.name == name])
+                stream = self.streams.get(name)
         return stream
 
     async def delete_topic(self, name: str) -> None:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import trio
 
 from .api import StoreUnavailable
+from .cluster_view import CLUSTER
 from .metadata import ChunkRecord, ChunkSlice, MetadataStore
 from .metadata_worker import MetadataWorker
 from .segments.chunks import build_chunk, chunk_key
@@ -363,6 +364,8 @@ class TierManager:
     async def apply_retention(self, stream: Stream, now_ms: int | None = None) -> None:
         """Raise log start offsets past tier-2 slices that retention.ms / retention.bytes
         expire. Data still only in tier 1 is never expired (like Kafka's active segment)."""
+        if not CLUSTER.is_local(stream.name):  # several nodes: the topic's owner applies it
+            return
         if "delete" not in split_list(stream.record.configs.get("cleanup.policy", "delete")):
             return  # `compact` alone: only compaction removes data, like Kafka
         retention_ms = _config_int(stream.record.configs, "retention.ms")

@@ -55,6 +55,22 @@ class OffsetStore:
         for offset in persistence.load_offsets():
             self._groups.setdefault(offset.group_id, {})[(offset.topic, offset.partition)] = offset
 
+    def refresh_group(self, group_id: str, offsets: list[CommittedOffset], replace: bool) -> None:
+        """Several nodes: bring the cache of a group up to the database's rows, so they are
+        current when coordination moves here. `replace` (another node coordinates the
+        group): the rows replace the cache; else a row wins only if it is no older than
+        the cached one (a commit made here meanwhile is never undone)."""
+        merged = {} if replace else dict(self._groups.get(group_id, {}))
+        for offset in offsets:
+            key = (offset.topic, offset.partition)
+            current = merged.get(key)
+            if current is None or offset.commit_ms >= current.commit_ms:
+                merged[key] = offset
+        if merged:
+            self._groups[group_id] = merged
+        else:
+            self._groups.pop(group_id, None)
+
     def group_ids(self) -> list[str]:
         return list(self._groups)
 

@@ -9,7 +9,9 @@ from typing import TYPE_CHECKING, NamedTuple, cast
 import trio
 
 from ..api import AppendResult
+from ..cluster_view import CLUSTER
 from ..errors import ErrorCode
+from ..fencing import FENCE
 from ..partition import Partition
 from ..recordbatch import RecordBatchError, control_type, patch_base_offset, split_batches
 from ..segments.log import PendingAppend as LogAppend
@@ -62,6 +64,8 @@ class PendingProduce:
             event = trio.Event()
             partition.add_waiter(event)
             await event.wait()
+        if not FENCE.valid():  # this node's lease lapsed: another node may own it now
+            return AppendResult(ErrorCode.NOT_LEADER_OR_FOLLOWER, message="node lease lost")
         return AppendResult(ErrorCode.NONE, self.first_offset, partition.log_start_offset)
 
 
@@ -83,6 +87,10 @@ def start_append(
     """
     if stream.deleted or not stream.has_partition(index):
         return AppendResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    if not FENCE.valid():  # nothing is written once this node's lease lapsed
+        return AppendResult(ErrorCode.NOT_LEADER_OR_FOLLOWER, message="node lease lost")
+    if not CLUSTER.is_local(stream.name):  # another node owns the topic's segments
+        return AppendResult(ErrorCode.NOT_LEADER_OR_FOLLOWER, message="another node leads")
     # Tier 2 is behind (or down): retriable, nothing is written (a marker still goes in).
     if stream.usage.full and not marker:
         return AppendResult(

@@ -9,6 +9,7 @@ from typing import Any
 
 from core.acl.model import CLUSTER_NAME, SUPPORTED_OPERATIONS, Operation, ResourceType
 from core.api import ZERO_UUID, Topic, TopicError, validate_topic_name
+from core.cluster_view import CLUSTER
 from core.errors import ErrorCode
 from gateway.protocol.apis import SUPPORTED_APIS
 from gateway.protocol.codec import RequestHeader
@@ -90,7 +91,7 @@ async def metadata(ctx: GatewayContext, header: RequestHeader, body: Any) -> byt
     return encode_metadata_response(
         header.correlation_id,
         header.api_version,
-        [(ctx.node_id, *advertised_endpoint(ctx))],
+        CLUSTER.brokers or [(ctx.node_id, *advertised_endpoint(ctx))],
         store.cluster_id,
         ctx.node_id,
         topics,
@@ -117,7 +118,14 @@ def _with_topic_operations(ctx: GatewayContext, topic: TopicMetadata) -> TopicMe
 
 
 def _topic_metadata(topic: Topic) -> TopicMetadata:
-    return TopicMetadata(ErrorCode.NONE, topic.name, topic.partition_count, topic.topic_id)
+    leader = CLUSTER.leader(topic.name)  # several nodes: the owner of its segments
+    return TopicMetadata(
+        ErrorCode.NONE,
+        topic.name,
+        topic.partition_count,
+        topic.topic_id,
+        -1 if leader is None else leader,
+    )
 
 
 def _topic_metadata_by_id(ctx: GatewayContext, topic_id: uuid.UUID | None) -> TopicMetadata:

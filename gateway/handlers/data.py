@@ -11,6 +11,7 @@ import trio
 
 from core.acl.model import Operation, ResourceType
 from core.api import AppendResult, PendingAppend, StoreError, Topic, TopicError
+from core.cluster_view import CLUSTER
 from core.errors import ErrorCode
 from core.produce_rules import Rewritten, apply_rules, rules_for
 from core.topic_config import max_message_bytes
@@ -190,6 +191,10 @@ async def _read_fetch(
                 partitions.append(PartitionData(part.partition, unknown))
                 has_error = True
                 continue
+            if not CLUSTER.is_local(stream.name):  # several nodes: another one leads
+                partitions.append(PartitionData(part.partition, ErrorCode.NOT_LEADER_OR_FOLLOWER))
+                has_error = True
+                continue
             budget = min(part.partition_max_bytes, max_bytes - total)
             result = await stream.read(
                 part.partition,
@@ -259,6 +264,8 @@ async def list_offsets(ctx: GatewayContext, header: RequestHeader, body: Any) ->
             }
             if stream is None or not stream.has_partition(part.partition_index):
                 result["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif not CLUSTER.is_local(stream.name):
+                result["error_code"] = ErrorCode.NOT_LEADER_OR_FOLLOWER
             else:
                 partition = stream.partition(part.partition_index)
                 if part.timestamp == _EARLIEST:

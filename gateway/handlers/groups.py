@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from core.cluster_view import CLUSTER
 from core.errors import ErrorCode
 from core.groups import GroupState, JoinRequest, SyncRequest
 from gateway.protocol.codec import RequestHeader
@@ -27,6 +28,15 @@ _OPERATIONS_NOT_REQUESTED = -(2**31)
 async def find_coordinator(ctx: GatewayContext, header: RequestHeader, body: Any) -> dict[str, Any]:
     """This node coordinates every group and every transactional id."""
     key_type = getattr(body, "key_type", _KEY_TYPE_GROUP)
+    if key_type == _KEY_TYPE_GROUP:
+        other = CLUSTER.coordinator(getattr(body, "key", "") or "")
+        if other is not None:  # several nodes: groups are spread over the live nodes
+            return {
+                "error_code": ErrorCode.NONE,
+                "node_id": other[0],
+                "host": other[1],
+                "port": other[2],
+            }
     if key_type == _KEY_TYPE_GROUP or (
         key_type == _KEY_TYPE_TRANSACTION and ctx.transactions is not None
     ):

@@ -28,6 +28,7 @@ class TopicMetadata:
     partitions: int  # count; 0 with an error
     topic_id: uuid.UUID = uuid.UUID(int=0)
     authorized_operations: int = _NO_OPERATIONS  # KIP-430, v8+
+    leader: int = -1  # -1: this node (several nodes: the topic's owner)
 
 
 @lru_cache(maxsize=512)
@@ -85,7 +86,8 @@ def encode_metadata_response(
             out.append(topic.topic_id.bytes)
         if version >= 1:
             out.append(b"\x00")  # is_internal
-        out.append(_partitions(version, node_id, topic.partitions))
+        leader = node_id if topic.leader < 0 else topic.leader
+        out.append(_partitions(version, leader, topic.partitions))
         if version >= 8:
             out.append(I32.pack(topic.authorized_operations))
         if flexible:

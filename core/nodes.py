@@ -1,0 +1,168 @@
+"""A gateway node's membership in a cluster that shares PostgreSQL metadata.
+
+`NodeMembership.run` registers the node (a new incarnation of its lease, claiming the open
+segments it may own: see `PostgresMetadataStore.register_node`), then renews the lease
+every `lease_s / 6`. Each success moves the process-wide fence deadline (core/fencing.py);
+a renewal the database refuses means another incarnation won: the fence is lost and the
+process ends at once (exit status 75) without flushing anything, because it no longer owns
+its segments. A renewal that merely fails (database unreachable) is retried; appends stop
+being acknowledged when the deadline passes, and resume if a renewal succeeds in time.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import trio
+
+from .cluster_view import CLUSTER
+from .fencing import FENCE
+from .metadata import CommittedOffset
+from .metadata_pg import LeaseError, PostgresMetadataStore
+
+if TYPE_CHECKING:
+    from .store import StreamStore
+
+log = logging.getLogger(__name__)
+
+LEASE_LOST_EXIT = 75  # EX_TEMPFAIL: a supervisor may restart the node
+
+
+@dataclass(slots=True)
+class NodeSettings:
+    node_id: int
+    host: str
+    port: int
+    lease_s: float = 3.0
+    # A restart after SIGKILL finds its previous incarnation's lease still live: wait for it.
+    register_timeout_s: float = 10.0
+    exclusive: bool = True  # one active node per database (README "Several nodes")
+    sync_every_s: float = 0.5  # several active nodes: how often the cluster view refreshes
+
+    @property
+    def margin_s(self) -> float:
+        return self.lease_s / 6
+
+    @property
+    def renew_every_s(self) -> float:
+        return self.lease_s / 6
+
+
+class NodeMembership:
+    def __init__(self, url: str, settings: NodeSettings) -> None:
+        self.url = url
+        self.settings = settings
+        self.incarnation = 0
+        self._db: PostgresMetadataStore | None = None
+        self._limiter = trio.CapacityLimiter(1)
+        # several nodes: given the committed offsets of each group another node coordinates
+        self.offsets_sink: Callable[[str, list[CommittedOffset], bool], None] | None = None
+
+    async def _call(self, fn, *args):  # type: ignore[no-untyped-def]
+        return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)
+
+    async def register(self) -> None:
+        """Take the lease (waiting up to register_timeout_s for a stale one); LeaseError."""
+        s = self.settings
+        self._db = await self._call(PostgresMetadataStore, self.url)
+        deadline = time.monotonic() + s.register_timeout_s
+        while True:
+            started = time.monotonic()
+            try:
+                self.incarnation = await self._call(
+                    self._db.register_node, s.node_id, s.host, s.port, s.lease_s, s.exclusive
+                )
+                break
+            except LeaseError:
+                if time.monotonic() > deadline:
+                    raise
+                await trio.sleep(s.lease_s / 10)
+        FENCE.renewed(started, s.lease_s, s.margin_s)
+        if not s.exclusive:
+            CLUSTER.node_id = s.node_id
+            CLUSTER.brokers = [(s.node_id, s.host, s.port)]
+            CLUSTER.enabled = True
+        log.info(
+            "node %d registered (incarnation %d, lease %.1f s)",
+            s.node_id,
+            self.incarnation,
+            s.lease_s,
+        )
+
+    async def sync(self, store: StreamStore) -> None:
+        """Several active nodes: refresh the live brokers and topic owners, and open the
+        topics other nodes created, until cancelled."""
+        assert self._db is not None, "register first"
+        db = self._db
+        cycle = 0
+        while True:
+            cycle += 1
+            try:
+                nodes = await self._call(db.nodes)
+                owners = await self._call(db.topic_owners)
+                if any(name not in store.streams for name in owners):
+                    store.adopt_topics(await self._call(db.load_topics))
+            except Exception as exc:  # database unreachable: keep the last view
+                log.warning("node %d: cluster sync failed: %s", self.settings.node_id, exc)
+            else:
+                CLUSTER.brokers = [(n.node_id, n.host, n.port) for n in nodes if n.live]
+                CLUSTER.owners = owners
+            if self.offsets_sink is not None and cycle % 4 == 0:
+                await self._refresh_offsets(db, self.offsets_sink)
+            await trio.sleep(self.settings.sync_every_s)
+
+    async def _refresh_offsets(
+        self,
+        db: PostgresMetadataStore,
+        sink: Callable[[str, list[CommittedOffset], bool], None],
+    ) -> None:
+        try:
+            rows = await self._call(db.load_offsets)
+        except Exception as exc:
+            log.warning("node %d: offsets refresh failed: %s", self.settings.node_id, exc)
+            return
+        by_group: dict[str, list[CommittedOffset]] = {}
+        for row in rows:
+            by_group.setdefault(row.group_id, []).append(row)
+        for group_id, offsets in by_group.items():
+            owner = CLUSTER.coordinator(group_id)
+            sink(group_id, offsets, owner is not None and owner[0] != self.settings.node_id)
+
+    async def run(self) -> None:
+        """Renew the lease until cancelled; ends the process if the lease was lost."""
+        assert self._db is not None, "register first"
+        s = self.settings
+        try:
+            while True:
+                await trio.sleep(s.renew_every_s)
+                started = time.monotonic()
+                try:
+                    held = await self._call(
+                        self._db.renew_lease, s.node_id, self.incarnation, s.lease_s
+                    )
+                except Exception as exc:  # database unreachable: the fence deadline decides
+                    log.warning("node %d: lease renewal failed: %s", s.node_id, exc)
+                    continue
+                if not held:
+                    FENCE.lose()
+                    log.critical(
+                        "node %d lost its lease (incarnation %d): exiting without flushing",
+                        s.node_id,
+                        self.incarnation,
+                    )
+                    logging.shutdown()
+                    os._exit(LEASE_LOST_EXIT)
+                FENCE.renewed(started, s.lease_s, s.margin_s)
+        finally:
+            with trio.CancelScope(shield=True):
+                if FENCE.valid():  # clean stop: let another node claim at once
+                    try:
+                        await self._call(self._db.release_lease, s.node_id, self.incarnation)
+                    except Exception as exc:
+                        log.warning("node %d: lease release failed: %s", s.node_id, exc)
+                await self._call(self._db.close)
