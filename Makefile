@@ -43,8 +43,9 @@ lint: $(STAMP)
 test: $(STAMP) kcat-installed postgresql-installed java-installed mosquitto-installed lint
 	$(BIN)/python -m pytest -q
 
-bench: $(STAMP)
+bench: $(STAMP) java-installed
 	$(BIN)/python compat/bench_throughput.py
+	$(BIN)/python compat/bench_kafka_vs_streamgate.py
 
 # Java 17 runs Kafka's tools (the compat matrix's Java column) when a Kafka distribution is
 # at ../shared/kafka or KAFKA_HOME; without one the Java tests skip saying so.
