@@ -52,6 +52,7 @@ from harness.gateway import Gateway  # noqa: E402
 from harness.kafka import KafkaBroker, run_tool, unavailable_reason  # noqa: E402
 from harness.process import ManagedProcess  # noqa: E402
 from harness.procstats import proc_status_kib  # noqa: E402
+from harness.provenance import provenance  # noqa: E402
 
 Report = dict[str, Any]
 WORKLOADS = (
@@ -547,7 +548,11 @@ def start_targets(args: argparse.Namespace, work: Path) -> dict[str, Target]:
 
 
 def run_all(
-    args: argparse.Namespace, started: dict[str, Target], sizes: Sizes, display: Display
+    args: argparse.Namespace,
+    started: dict[str, Target],
+    sizes: Sizes,
+    display: Display,
+    checkpoint: Callable[[dict[str, dict[str, list[Report]]], int], None],
 ) -> dict[str, dict[str, list[Report]]]:
     results: dict[str, dict[str, list[Report]]] = {}
     for run in range(args.runs):
@@ -566,7 +571,46 @@ def run_all(
                 if not result.get("ok"):
                     display.log(f"  FAILED: {str(result.get('error', ''))[:300]}")
                 results.setdefault(workload, {}).setdefault(name, []).append(result)
+        checkpoint(results, run + 1)  # a long run that is stopped keeps what it measured
     return results
+
+
+def server_figures(started: dict[str, Target]) -> Report:
+    servers: Report = {}
+    for name, t in started.items():
+        servers[name] = {
+            "bootstrap": t.bootstrap,
+            "peak_rss_kib": t.server.peak_rss_kib(),
+            "cpu_seconds": t.server.cpu_seconds(),
+        }
+        if name == "streamgate":
+            servers[name]["log_problems"] = log_problems(t.server.log_text())
+    return servers
+
+
+def write_outputs(
+    args: argparse.Namespace,
+    sizes: Sizes,
+    code: Report,
+    servers: Report,
+    results: dict[str, dict[str, list[Report]]],
+    runs_done: int,
+) -> None:
+    report: Report = {
+        "runs": runs_done,
+        "runs_asked": args.runs,
+        "quick": args.quick,
+        "sizes": vars_of(sizes),
+        "code": code,
+        "environment": environment(),
+        "servers": servers,
+        "results": results,
+    }
+    write_report(args.out.with_suffix(".json"), report)
+    report["provenance"] = provenance()
+    headers, rows = table(results)
+    args.out.with_suffix(".md").write_text(markdown(headers, rows, report))
+    plot(results, args.out.with_suffix(".png"))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -608,40 +652,20 @@ def main(argv: list[str] | None = None) -> int:
     try:
         started = start_targets(args, work)
         code = code_state()
-        results = run_all(args, started, sizes, display)
-        servers: Report = {}
-        for name, t in started.items():
-            servers[name] = {
-                "bootstrap": t.bootstrap,
-                "peak_rss_kib": t.server.peak_rss_kib(),
-                "cpu_seconds": t.server.cpu_seconds(),
-            }
-            if name == "streamgate":
-                servers[name]["log_problems"] = log_problems(t.server.log_text())
+
+        def checkpoint(results: dict[str, dict[str, list[Report]]], runs_done: int) -> None:
+            write_outputs(args, sizes, code, server_figures(started), results, runs_done)
+
+        results = run_all(args, started, sizes, display, checkpoint)
     finally:
         display.close()
         for t in started.values():
-            t.server.close() if hasattr(t.server, "close") else t.server.stop()
+            t.server.close()
         if not args.keep_data:
             shutil.rmtree(work, ignore_errors=True)
-    report: Report = {
-        "runs": args.runs,
-        "quick": args.quick,
-        "sizes": vars_of(sizes),
-        "code": code,
-        "environment": environment(),
-        "servers": servers,
-        "results": results,
-    }
-    json_path = write_report(args.out.with_suffix(".json"), report)
-    from harness.provenance import provenance
-
-    report["provenance"] = provenance()
     headers, rows = table(results)
     print_table("Kafka 3.5.1 vs streamgate (medians)", headers, rows)
-    args.out.with_suffix(".md").write_text(markdown(headers, rows, report))
-    plot(results, args.out.with_suffix(".png"))
-    print(f"written: {json_path}, {args.out.with_suffix('.md')}, {args.out.with_suffix('.png')}")
+    print(f"written: {args.out.with_suffix('.json')}, .md, .png")
     all_ok = all(r.get("ok") for by in results.values() for runs in by.values() for r in runs)
     return 0 if all_ok else 1
 
