@@ -40,4 +40,4 @@ def test_kafka_vs_streamgate_quick(tmp_path: Path) -> None:
     assert out.with_suffix(".png").stat().st_size > 1000
     report = json.loads(out.with_suffix(".json").read_text())
     assert report["provenance"]["commit"]
-    assert set(report["results"]) >= {"perf-producer", "rate-2k", "many"}
+    assert set(report["results"]) >= {"perf-producer", "rate-2k", "many-raw"}
