@@ -50,8 +50,9 @@ lint: $(STAMP)
 test: $(STAMP) kcat-installed postgresql-installed java-installed javac-installed mosquitto-installed lint
 	$(BIN)/python -m pytest -q
 
-bench: $(STAMP)
+bench: $(STAMP) java-installed
 	$(BIN)/python compat/bench_throughput.py
+	$(BIN)/python compat/bench_kafka_vs_streamgate.py
 
 # Java 17 runs Spark (the Spark tests) and Kafka's broker and tools (side-by-side tests, the
 # compat matrix's Java column); without a Kafka distribution those tests skip saying so.

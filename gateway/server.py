@@ -117,6 +117,8 @@ _RECEIVE_BYTES = 256 * 1024
 _UNAUTHENTICATED_MAX_FRAME = 512 * 1024
 # Kafka's request APIs allowed before a SASL exchange completes.
 _BEFORE_AUTH = (ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE)
+_COALESCE_MAX = 64  # responses joined into one send at most
+_COALESCE_BYTES = 256 * 1024
 
 
 @dataclass(slots=True)
@@ -305,11 +307,35 @@ class Gateway:
         async with slots:
             async for slot in slots:
                 await slot.done.wait()
-                if slot.payload is not None:
-                    await stream.send_all(slot.payload)
-                if slot.close_connection:
-                    raise _CloseConnection("protocol error")
-                idle.response_sent()
+                # Responses already finished behind this one (a group commit ends several
+                # at once) go out in the same send: one syscall instead of one each.
+                out = [slot]
+                while not out[-1].close_connection and len(out) < _COALESCE_MAX:
+                    try:
+                        following = slots.receive_nowait()
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
+                    if not following.done.is_set():  # send what is ready, then wait
+                        await self._send_slots(stream, out, idle)
+                        await following.done.wait()
+                        out = []
+                    out.append(following)
+                await self._send_slots(stream, out, idle)
+
+    @staticmethod
+    async def _send_slots(
+        stream: trio.abc.Stream, out: list[_ResponseSlot], idle: _IdleTimer
+    ) -> None:
+        payloads = [slot.payload for slot in out if slot.payload is not None]
+        if len(payloads) == 1 or sum(map(len, payloads)) > _COALESCE_BYTES:
+            for payload in payloads:  # large ones: a copy would cost more than the syscall
+                await stream.send_all(payload)
+        elif payloads:
+            await stream.send_all(b"".join(payloads))
+        for slot in out:
+            if slot.close_connection:
+                raise _CloseConnection("protocol error")
+            idle.response_sent()
 
     async def _before_authentication(
         self, frame: bytes, slot: _ResponseSlot, sasl: SaslSession

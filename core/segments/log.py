@@ -28,6 +28,7 @@ import logging
 import math
 import os
 import struct
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -43,6 +44,32 @@ MAX_ENTRY_BYTES = 1 << 30
 _IOV_MAX = 512
 DEFAULT_ROLL_BYTES = 8 << 20
 DEFAULT_ROLL_AGE_S = 5.0
+
+
+# Recently fsync'd batches stay in memory (all logs together up to this many bytes, oldest
+# dropped first), so a consumer at the tail is served without a worker-thread hop.
+RECENT_BUDGET_BYTES = 64 << 20
+
+
+class _RecentBatches:
+    """The process's most recently durable batches, by (log, position), oldest first out."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.size = 0
+        self.order: deque[tuple[SegmentLog, int, int]] = deque()
+
+    def add(self, owner: SegmentLog, position: int, batch: bytes | bytearray | memoryview) -> None:
+        owner._recent[position] = batch
+        self.order.append((owner, position, len(batch)))
+        self.size += len(batch)
+        while self.size > self.budget and self.order:
+            old, old_position, length = self.order.popleft()
+            old._recent.pop(old_position, None)
+            self.size -= length
+
+
+_recent = _RecentBatches(RECENT_BUDGET_BYTES)
 
 
 class LogWriteError(Exception):
@@ -182,6 +209,8 @@ class SegmentLog:
         self.drained = trio.Event()  # set when the flusher has returned
         self.drain_failed = False
         self._flusher_running = False
+        # position -> batch bytes of recently durable entries (see _RecentBatches)
+        self._recent: dict[int, bytes | bytearray | memoryview] = {}
 
     def _path(self, base: int) -> str:
         return os.path.join(self.directory, log_file_name(self.segment_id, base))
@@ -368,6 +397,8 @@ class SegmentLog:
                     self._bases.append(written.base)
                 written.size = batch[-1].end - written.base
                 self.durable_size = batch[-1].end
+                for i, pending in enumerate(batch):  # buffers are (header, batch) pairs
+                    _recent.add(self, pending.position, buffers[2 * i + 1])
                 self._on_durable(batch)
             flushed, self._flushed = self._flushed, trio.Event()
             flushed.set()
@@ -464,6 +495,7 @@ class SegmentLog:
 
     def release(self) -> None:
         """Close the file descriptors (after the flusher has returned)."""
+        self._recent.clear()
         for f in self.files:
             if f.fd >= 0:
                 os.close(f.fd)
@@ -483,23 +515,37 @@ async def read_many(reads: Sequence[tuple[SegmentLog, int, int]]) -> list[bytes]
     Each file descriptor is duplicated first, on the loop: a trim or close meanwhile closes
     only the original, so the thread never reads a closed (or reused) descriptor.
     """
+    out: list[bytes | None] = []
+    missed: list[int] = []
+    for i, (segment, position, length) in enumerate(reads):
+        hit = segment._recent.get(position)
+        if hit is not None and len(hit) == length:
+            out.append(bytes(hit))
+        else:
+            out.append(None)
+            missed.append(i)
+    if not missed:  # the tail of the log: no thread hop
+        return out  # type: ignore[return-value]
     jobs: list[tuple[int, int, int]] = []
     try:
-        for segment, position, length in reads:
+        for i in missed:
+            segment, position, length = reads[i]
             f = segment._file_at(position)
             jobs.append((os.dup(f.fd), length, position - f.base))
     except BaseException:
         for fd, _length, _offset in jobs:
             os.close(fd)
         raise
-    if not jobs:
-        return []
     try:
         limiter = _read_limiter.get()
     except LookupError:
         limiter = trio.CapacityLimiter(_READ_THREADS)
         _read_limiter.set(limiter)
-    return await trio.to_thread.run_sync(_pread_all, jobs, limiter=limiter)
+    for i, data in zip(
+        missed, await trio.to_thread.run_sync(_pread_all, jobs, limiter=limiter), strict=True
+    ):
+        out[i] = data
+    return out  # type: ignore[return-value]
 
 
 def _pread_all(jobs: list[tuple[int, int, int]]) -> list[bytes]:
