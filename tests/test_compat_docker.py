@@ -36,7 +36,8 @@ def _copy_sources(dockerfile: Path) -> list[str]:
 
 
 def _serve_env_names() -> set[str]:
-    text = (REPO / "gateway" / "cli.py").read_text()
+    # the serve flags live in cli/ (cli/serve.py and the modules it pulls flags from)
+    text = "\n".join(p.read_text() for p in sorted((REPO / "cli").glob("*.py")))
     return {f"STREAMGATE_{name}" for name in re.findall(r'_env\("([A-Z0-9_]+)"', text)}
 
 

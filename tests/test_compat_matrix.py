@@ -54,11 +54,17 @@ def test_matrix_against_streamgate(gateway: Gateway, tmp_path: Path) -> None:
             regressions.append(r)
     assert not regressions, _table(regressions)
     by = {(r.row, r.column): r for r in results}
-    # no transactions yet: a deliberate difference, and it must show as failed
+    # transactions, compacted topics and topic ids landed on main: they pass for every
+    # client with the API (the allowlists hold them too) and are n/a for the others
     for column in ("kafka-python", "confluent-kafka", "aiokafka"):
-        assert by[("transactions", column)].status == FAIL
+        assert by[("transactions", column)].status == PASS, by[("transactions", column)]
+        assert by[("compacted-topic", column)].status == PASS, by[("compacted-topic", column)]
+    for column in ("kafka-python", "confluent-kafka"):
+        assert by[("topic-ids", column)].status == PASS, by[("topic-ids", column)]
     # a client without the API is n/a, never a pass
-    assert by[("admin-topics", "kcat")].status == NA
+    for r in ("transactions", "compacted-topic", "topic-ids", "admin-topics"):
+        assert by[(r, "kcat")].status == NA, by[(r, "kcat")]
+    assert by[("topic-ids", "aiokafka")].status == NA
     assert by[("group-coop-sticky", "aiokafka")].status == NA
 
 
