@@ -48,7 +48,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 test: $(STAMP) kcat-installed postgresql-installed java-installed javac-installed mosquitto-installed lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=25
 
 bench: $(STAMP) java-installed
 	$(BIN)/python compat/bench_throughput.py
