@@ -66,6 +66,16 @@ class ProducerSnapshot:
 
 
 @dataclass(slots=True)
+class OpenTxnSnapshot:
+    """A partition's open transactions (producer id -> first offset) when its end offset
+    was `as_of`. Saved with chunks, so trimming tier 1 does not forget where they start."""
+
+    partition: int
+    as_of: int
+    open: dict[int, int]
+
+
+@dataclass(slots=True)
 class ChunkRecord:
     """An immutable tier-2 object cut from log positions [start, end) of one segment."""
 
@@ -149,6 +159,8 @@ class MetadataStore(Protocol):
     def set_log_starts(self, name: str, log_starts: dict[int, int]) -> None: ...
     def load_offsets(self) -> list[CommittedOffset]: ...
     def load_aborted_txns(self, name: str) -> list[tuple[int, int, int, int]]: ...
+    def save_open_txns(self, name: str, snapshots: list[OpenTxnSnapshot]) -> None: ...
+    def load_open_txns(self, name: str) -> list[tuple[int, int, int]]: ...
     def commit_offsets(self, offsets: list[CommittedOffset]) -> None: ...
     def delete_offsets(
         self, group_id: str, partitions: list[tuple[str, int]] | None = None
@@ -227,6 +239,16 @@ CREATE TABLE IF NOT EXISTS transactions (
     update_ms INTEGER NOT NULL,
     partitions TEXT NOT NULL,
     offsets TEXT NOT NULL
+);
+-- Open transactions per partition as of a chunk commit (before tier 1 may be trimmed);
+-- producer_id -1 is the row holding the snapshot's `as_of` (partition end offset), so an
+-- older snapshot committed late never replaces a newer one.
+CREATE TABLE IF NOT EXISTS open_txns (
+    topic TEXT NOT NULL REFERENCES topics(name) ON DELETE CASCADE,
+    partition INTEGER NOT NULL,
+    producer_id INTEGER NOT NULL,
+    first_offset INTEGER NOT NULL,
+    PRIMARY KEY (topic, partition, producer_id)
 );
 CREATE TABLE IF NOT EXISTS aborted_txns (
     topic TEXT NOT NULL REFERENCES topics(name) ON DELETE CASCADE,
@@ -632,6 +654,37 @@ class SQLiteMetadataStore:
             self._db.execute(
                 "SELECT partition, producer_id, first_offset, last_offset FROM aborted_txns "
                 "WHERE topic = ? ORDER BY last_offset",
+                (name,),
+            )
+        )
+
+    def save_open_txns(self, name: str, snapshots: list[OpenTxnSnapshot]) -> None:
+        """Replace each partition's open transactions with a newer snapshot, atomically."""
+        with self._transaction() as db:
+            for snap in snapshots:
+                row = db.execute(
+                    "SELECT first_offset FROM open_txns "
+                    "WHERE topic = ? AND partition = ? AND producer_id = -1",
+                    (name, snap.partition),
+                ).fetchone()
+                if row is not None and row[0] > snap.as_of:
+                    continue
+                db.execute(
+                    "DELETE FROM open_txns WHERE topic = ? AND partition = ?",
+                    (name, snap.partition),
+                )
+                db.executemany(
+                    "INSERT INTO open_txns VALUES (?, ?, ?, ?)",
+                    [(name, snap.partition, -1, snap.as_of)]
+                    + [(name, snap.partition, pid, first) for pid, first in snap.open.items()],
+                )
+
+    def load_open_txns(self, name: str) -> list[tuple[int, int, int]]:
+        """(partition, producer id, first offset) of the topic's saved open transactions."""
+        return list(
+            self._db.execute(
+                "SELECT partition, producer_id, first_offset FROM open_txns "
+                "WHERE topic = ? AND producer_id >= 0",
                 (name,),
             )
         )

@@ -166,6 +166,17 @@ class Partition:
             self.txns = PartitionTxns()
         self.txns.add_aborted(AbortedTxn(producer_id, first_offset, last_offset))
 
+    def open_txn_snapshot(self) -> dict[int, int] | None:
+        """producer id -> first offset of open transactions (None: never transactional)."""
+        return self.txns.durable_open(self.high_watermark) if self.txns is not None else None
+
+    def restore_open_txn(self, producer_id: int, first_offset: int) -> None:
+        if first_offset >= self.next_offset:
+            return  # its data did not survive: nothing of it to hide
+        if self.txns is None:
+            self.txns = PartitionTxns()
+        self.txns.restore_open(producer_id, first_offset)
+
     def aborted_between(self, start: int, end: int) -> list[tuple[int, int]]:
         return self.txns.aborted_between(start, end) if self.txns is not None else []
 

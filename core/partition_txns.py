@@ -53,6 +53,24 @@ class PartitionTxns:
         self._aborted_lasts.insert(i, entry.last_offset)
         return entry
 
+    def durable_open(self, high_watermark: int) -> dict[int, int]:
+        """Open transactions as a restart must see them: also those whose marker is not
+        durable yet (below the high watermark), since a crash would lose that marker."""
+        state = dict(self.ongoing)
+        for pid, (first, marker) in self._closed.items():
+            if marker >= high_watermark and pid not in state:
+                state[pid] = first
+        return state
+
+    def restore_open(self, producer_id: int, first_offset: int) -> None:
+        """After replaying tier 1: a saved open transaction whose first batches were trimmed.
+        A marker of the producer replayed after `first_offset` closed it already."""
+        closed = self._closed.get(producer_id)
+        if closed is not None and closed[1] > first_offset:
+            return
+        current = self.ongoing.get(producer_id)
+        self.ongoing[producer_id] = first_offset if current is None else min(current, first_offset)
+
     def first_unstable(self) -> int | None:
         return min(self.ongoing.values()) if self.ongoing else None
 

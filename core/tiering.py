@@ -28,7 +28,7 @@ import trio
 
 from .api import StoreUnavailable
 from .cluster_view import CLUSTER
-from .metadata import ChunkRecord, ChunkSlice, MetadataStore
+from .metadata import ChunkRecord, ChunkSlice, MetadataStore, OpenTxnSnapshot
 from .metadata_worker import MetadataWorker
 from .segments.chunks import build_chunk, chunk_key
 from .segments.log import LogFile, SegmentLog, Tier1Usage
@@ -224,12 +224,15 @@ class TierManager:
             return
         if stream.deleted:
             return
+        trimmable = await self._save_open_txns(stream, {s.partition for s in built.slices})
         stream.add_chunk(chunk)
         segment.mark_uploaded(f)
         self.stats.chunks_uploaded += 1
         self.stats.bytes_uploaded += len(built.data)
         if f.opened_at >= 0:  # unknown for files replayed after a restart
             self.upload_lags.append(trio.current_time() - f.opened_at)
+        if not trimmable:
+            return  # kept in tier 1 so a restart's replay still finds its open transactions
         self._retained.append((stream, segment, f))
         self.retained_bytes += f.size
         self._trim_local()
@@ -260,6 +263,27 @@ class TierManager:
                 )
                 self.outage_since = None
             return
+
+    async def _save_open_txns(self, stream: Stream, partitions: set[int]) -> bool:
+        """Make the open transactions of the chunk's partitions durable before the file may
+        be trimmed: once a transaction's first batches are only in tier 2, replaying tier 1
+        on restart no longer shows it open. Saved here, once per chunk, rather than on
+        every transaction's first Produce, so the produce path pays nothing. False if the
+        save failed (then the file must stay in tier 1)."""
+        snapshots = []
+        for index in sorted(partitions):
+            partition = stream.partition(index)
+            state = partition.open_txn_snapshot()
+            if state is not None:
+                snapshots.append(OpenTxnSnapshot(index, partition.next_offset, state))
+        if not snapshots:
+            return True
+        try:
+            await self._worker.call(self._metadata.save_open_txns, stream.name, snapshots)
+        except Exception as exc:  # noqa: BLE001 - any failure: keep the file, keep serving
+            log.warning("topic %s: saving open transactions failed: %s", stream.name, exc)
+            return False
+        return True
 
     # --- trim --------------------------------------------------------------------------
 

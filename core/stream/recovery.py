@@ -91,6 +91,11 @@ def open_segments(stream: Stream) -> list[SegmentLog]:
         tier2_end = slices[-1].last_offset + 1 if slices else 0
         partition.next_offset = max(partition.next_offset, tier2_end, partition.log_start_offset)
         partition.high_watermark = partition.next_offset
+    if stream.metadata is not None:
+        # open transactions whose first batches may have been trimmed from tier 1
+        for partition_index, producer_id, first in stream.metadata.load_open_txns(stream.name):
+            if stream.has_partition(partition_index):
+                stream.partition(partition_index).restore_open_txn(producer_id, first)
     return [stream.segments[segment_id] for _f, _l, segment_id in stream.owners()]
 
 
