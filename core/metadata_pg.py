@@ -123,7 +123,7 @@ _MIGRATIONS: list[str] = [
     ALTER TABLE segments ADD COLUMN owner_node INTEGER;
     ALTER TABLE segments ADD COLUMN owner_epoch BIGINT NOT NULL DEFAULT 0;
     """,
-    # 3: transactions, ACLs, client quotas and compaction (as in the SQLite schema)
+    # 3: transactions, ACLs, client quotas, compaction and SCRAM credentials (as on SQLite)
     """
     CREATE TABLE transactions (
         transactional_id TEXT PRIMARY KEY,
@@ -166,6 +166,15 @@ _MIGRATIONS: list[str] = [
         partition INTEGER NOT NULL,
         compacted_end BIGINT NOT NULL,
         PRIMARY KEY (topic, partition)
+    );
+    CREATE TABLE scram_credentials (
+        username TEXT NOT NULL,
+        mechanism TEXT NOT NULL,
+        salt BYTEA NOT NULL,
+        iterations INTEGER NOT NULL,
+        stored_key BYTEA NOT NULL,
+        server_key BYTEA NOT NULL,
+        PRIMARY KEY (username, mechanism)
     );
     """,
 ]
