@@ -259,7 +259,8 @@ def test_a_version_2_database_is_migrated(pg_url: str) -> None:  # noqa: F811
     PostgresMetadataStore(pg_url).close()
     with psycopg.connect(pg_url, autocommit=True) as conn:  # back to the nodes branch schema
         conn.execute(
-            "DROP TABLE transactions, aborted_txns, acls, client_quotas, compaction_state"
+            "DROP TABLE transactions, aborted_txns, acls, client_quotas, compaction_state, "
+            "scram_credentials"
         )
         conn.execute("DELETE FROM schema_version WHERE version > 2")
     db = PostgresMetadataStore(pg_url)
