@@ -19,7 +19,7 @@ from cli.acl_flags import AclSettings
 from core.acl.authorizer import Authorizer
 from core.acl.quotas import ClientQuotas
 from core.compaction import CompactionSettings
-from core.credentials import Credentials, SQLiteCredentialStore
+from core.credentials import Credentials, CredentialStore, SQLiteCredentialStore
 from core.groups import GroupCoordinator, GroupSettings
 from core.store import StoreSettings, StreamStore
 from core.tiering import TierSettings
@@ -92,10 +92,7 @@ async def serve(settings: Settings) -> None:
             membership = await _start_node(settings, store, root)
         else:
             await root.start(store.run)
-        credentials = Credentials(
-            SQLiteCredentialStore(os.path.join(settings.data_dir, "metadata.db")),
-            store.worker.call,
-        )
+        credentials = Credentials(_credential_store(settings), store.worker.call)
         groups = GroupCoordinator(
             store.metadata,
             GroupSettings(initial_rebalance_delay=settings.group_initial_rebalance_delay_ms / 1000),
@@ -180,6 +177,16 @@ async def _start_node(settings: Settings, store: StreamStore, root: trio.Nursery
 
         root.start_soon(sync)
     return membership
+
+
+def _credential_store(settings: Settings) -> CredentialStore:
+    """SCRAM users live with the metadata: the shared PostgreSQL of a cluster, else the
+    node's metadata.db."""
+    if settings.metadata_url:
+        from core.credentials_pg import PostgresCredentialStore  # psycopg only when asked
+
+        return PostgresCredentialStore(settings.metadata_url)
+    return SQLiteCredentialStore(os.path.join(settings.data_dir, "metadata.db"))
 
 
 async def _serve_tcp(

@@ -4,7 +4,8 @@ The bootstrap path for the first SASL user (after that, kafka-configs.sh works o
 wire). The password is read from stdin (a prompt on a terminal), salted here, and only the
 SCRAM form (salt, iterations, stored key, server key) is written: the same credential serves
 SCRAM-SHA-256/512 logins and SASL/PLAIN. Safe while the gateway runs (SQLite locking; the
-gateway reads credentials at each login).
+gateway reads credentials at each login). With `--metadata postgresql://...` the users go
+to the cluster's shared database instead, as `serve --metadata` reads them.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from core.credentials import (
     MAX_ITERATIONS,
     MECHANISMS,
     MIN_ITERATIONS,
+    CredentialStore,
     SQLiteCredentialStore,
     new_credential,
 )
@@ -27,6 +29,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     users = commands.add_parser("users", help="manage SASL/SCRAM users of a data dir")
     sub = users.add_subparsers(dest="users_command", required=True)
     data_dir = os.environ.get("STREAMGATE_DATA_DIR", "./data")
+    metadata = os.environ.get("STREAMGATE_METADATA")
+    metadata_help = "postgresql:// URL of a cluster's metadata (as serve --metadata)"
 
     add = sub.add_parser("add", help="add or replace a user (password read from stdin)")
     add.add_argument("name")
@@ -38,19 +42,26 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     add.add_argument("--iterations", type=int, default=MIN_ITERATIONS)
     add.add_argument("--data-dir", default=data_dir)
+    add.add_argument("--metadata", default=metadata, help=metadata_help)
     add.set_defaults(run=_add)
 
     delete = sub.add_parser("delete", help="remove a user's credentials")
     delete.add_argument("name")
     delete.add_argument("--data-dir", default=data_dir)
+    delete.add_argument("--metadata", default=metadata, help=metadata_help)
     delete.set_defaults(run=_delete)
 
     listing = sub.add_parser("list", help="users and their mechanisms (never secrets)")
     listing.add_argument("--data-dir", default=data_dir)
+    listing.add_argument("--metadata", default=metadata, help=metadata_help)
     listing.set_defaults(run=_list)
 
 
-def _open(data_dir: str) -> SQLiteCredentialStore:
+def _open(data_dir: str, metadata: str | None = None) -> CredentialStore:
+    if metadata:
+        from core.credentials_pg import PostgresCredentialStore  # psycopg only when asked
+
+        return PostgresCredentialStore(metadata)
     os.makedirs(data_dir, exist_ok=True)
     return SQLiteCredentialStore(os.path.join(data_dir, "metadata.db"))
 
@@ -73,7 +84,7 @@ def _add(args: argparse.Namespace) -> int:
     if not password:
         raise SystemExit("empty password (give it on stdin)")
     mechanisms = args.mechanism or list(MECHANISMS)
-    store = _open(args.data_dir)
+    store = _open(args.data_dir, args.metadata)
     try:
         store.apply(
             [(args.name, m, new_credential(m, password, args.iterations)) for m in mechanisms],
@@ -86,7 +97,7 @@ def _add(args: argparse.Namespace) -> int:
 
 
 def _delete(args: argparse.Namespace) -> int:
-    store = _open(args.data_dir)
+    store = _open(args.data_dir, args.metadata)
     try:
         missing = store.apply([], [(args.name, m) for m in MECHANISMS])
     finally:
@@ -98,7 +109,7 @@ def _delete(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    store = _open(args.data_dir)
+    store = _open(args.data_dir, args.metadata)
     try:
         for user, infos in store.describe(None).items():
             print(user, " ".join(f"{m}(iterations={i})" for m, i in infos))

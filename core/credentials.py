@@ -19,7 +19,7 @@ import sqlite3
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 T = TypeVar("T")
 
@@ -87,6 +87,19 @@ def password_matches(mechanism: str, credential: ScramCredential, password: str)
     salted = salt_password(mechanism, password, credential.salt, credential.iterations)
     candidate = credential_from_salted(mechanism, credential.salt, credential.iterations, salted)
     return hmac.compare_digest(candidate.stored_key, credential.stored_key)
+
+
+class CredentialStore(Protocol):
+    """Blocking credential storage: SQLite here, PostgreSQL in credentials_pg.py."""
+
+    def get(self, user: str, mechanism: str) -> ScramCredential | None: ...
+    def apply(
+        self,
+        upserts: list[tuple[str, str, ScramCredential]],
+        deletions: list[tuple[str, str]],
+    ) -> set[tuple[str, str]]: ...
+    def describe(self, users: list[str] | None) -> dict[str, list[tuple[str, int]]]: ...
+    def close(self) -> None: ...
 
 
 class SQLiteCredentialStore:
@@ -158,7 +171,7 @@ class Credentials:
 
     def __init__(
         self,
-        backend: SQLiteCredentialStore,
+        backend: CredentialStore,
         offload: Callable[..., Awaitable[Any]],
     ) -> None:
         self.backend = backend

@@ -27,15 +27,19 @@ from dataclasses import astuple, dataclass
 
 import psycopg
 
+from .acl.model import AclBinding, Operation, PatternType, Permission, ResourceType
+from .acl.quotas import Entity
 from .api import TopicError
 from .errors import ErrorCode
 from .metadata import (
     ChunkRecord,
     ChunkSlice,
     CommittedOffset,
+    OpenTxnSnapshot,
     ProducerSnapshot,
     SegmentRecord,
     TopicRecord,
+    TxnRecord,
 )
 
 # Each step runs once, in order, in one transaction with its schema_version bump.
@@ -119,6 +123,70 @@ _MIGRATIONS: list[str] = [
     );
     ALTER TABLE segments ADD COLUMN owner_node INTEGER;
     ALTER TABLE segments ADD COLUMN owner_epoch BIGINT NOT NULL DEFAULT 0;
+    """,
+    # 3: transactions, ACLs, client quotas, compaction and SCRAM credentials (as on SQLite)
+    """
+    CREATE TABLE transactions (
+        transactional_id TEXT PRIMARY KEY,
+        producer_id BIGINT NOT NULL,
+        epoch INTEGER NOT NULL,
+        state TEXT NOT NULL,
+        timeout_ms BIGINT NOT NULL,
+        start_ms BIGINT NOT NULL,
+        update_ms BIGINT NOT NULL,
+        partitions TEXT NOT NULL,
+        offsets TEXT NOT NULL
+    );
+    CREATE TABLE aborted_txns (
+        topic TEXT NOT NULL REFERENCES topics(name) ON DELETE CASCADE,
+        partition INTEGER NOT NULL,
+        producer_id BIGINT NOT NULL,
+        first_offset BIGINT NOT NULL,
+        last_offset BIGINT NOT NULL,
+        PRIMARY KEY (topic, partition, last_offset)
+    );
+    CREATE TABLE acls (
+        resource_type INTEGER NOT NULL,
+        resource_name TEXT NOT NULL,
+        pattern_type INTEGER NOT NULL,
+        principal TEXT NOT NULL,
+        host TEXT NOT NULL,
+        operation INTEGER NOT NULL,
+        permission INTEGER NOT NULL,
+        PRIMARY KEY (resource_type, resource_name, pattern_type, principal, host, operation,
+                     permission)
+    );
+    CREATE TABLE client_quotas (
+        entity TEXT NOT NULL,
+        quota_key TEXT NOT NULL,
+        value DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (entity, quota_key)
+    );
+    CREATE TABLE compaction_state (
+        topic TEXT NOT NULL REFERENCES topics(name) ON DELETE CASCADE,
+        partition INTEGER NOT NULL,
+        compacted_end BIGINT NOT NULL,
+        PRIMARY KEY (topic, partition)
+    );
+    CREATE TABLE scram_credentials (
+        username TEXT NOT NULL,
+        mechanism TEXT NOT NULL,
+        salt BYTEA NOT NULL,
+        iterations INTEGER NOT NULL,
+        stored_key BYTEA NOT NULL,
+        server_key BYTEA NOT NULL,
+        PRIMARY KEY (username, mechanism)
+    );
+    """,
+    # 4: open transactions as of a chunk commit (producer_id -1 holds the snapshot's end)
+    """
+    CREATE TABLE open_txns (
+        topic TEXT NOT NULL REFERENCES topics(name) ON DELETE CASCADE,
+        partition INTEGER NOT NULL,
+        producer_id BIGINT NOT NULL,
+        first_offset BIGINT NOT NULL,
+        PRIMARY KEY (topic, partition, producer_id)
+    );
     """,
 ]
 
@@ -374,6 +442,64 @@ class PostgresMetadataStore:
                 "DELETE FROM chunks WHERE chunk_id = %s", [(c,) for c in chunk_ids]
             )
 
+    def replace_chunks(
+        self,
+        name: str,
+        old_ids: list[int],
+        new_chunks: list[ChunkRecord],
+        compacted_ends: dict[int, int],
+    ) -> None:
+        """Compaction's swap in one transaction (see SQLiteMetadataStore.replace_chunks);
+        KeyError, nothing changed, when an old chunk is gone already."""
+        with self._transaction() as db:
+            # FOR UPDATE: a concurrent retention delete of these chunks waits for us.
+            found = db.execute(
+                "SELECT chunk_id FROM chunks WHERE topic = %s AND chunk_id = ANY(%s) FOR UPDATE",
+                (name, old_ids),
+            ).fetchall()
+            if len(found) != len(old_ids):
+                raise KeyError(f"{name}: {len(old_ids) - len(found)} chunks to replace are gone")
+            cur = db.cursor()
+            for chunk in new_chunks:
+                row = db.execute(
+                    "INSERT INTO chunks (topic, segment_id, start_position, end_position, "
+                    "object_key, size, created_ms) VALUES (%s, %s, %s, %s, %s, %s, %s) "
+                    "RETURNING chunk_id",
+                    (
+                        name,
+                        chunk.segment_id,
+                        chunk.start_position,
+                        chunk.end_position,
+                        chunk.object_key,
+                        chunk.size,
+                        chunk.created_ms,
+                    ),
+                ).fetchone()
+                assert row is not None
+                chunk.chunk_id = int(row[0])
+                cur.executemany(
+                    "INSERT INTO chunk_slices VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                    [(chunk.chunk_id, *s.row()) for s in chunk.slices],
+                )
+            db.execute("DELETE FROM chunks WHERE chunk_id = ANY(%s)", (old_ids,))
+            cur.executemany(
+                "INSERT INTO compaction_state VALUES (%s, %s, %s) "
+                "ON CONFLICT (topic, partition) DO UPDATE SET compacted_end = "
+                "GREATEST(compaction_state.compacted_end, excluded.compacted_end)",
+                [(name, p, end) for p, end in compacted_ends.items()],
+            )
+        for chunk in new_chunks:
+            for s in chunk.slices:
+                s.chunk_id = chunk.chunk_id
+
+    def load_compacted_ends(self, name: str) -> dict[int, int]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT partition, compacted_end FROM compaction_state WHERE topic = %s",
+                (name,),
+            ).fetchall()
+        return {int(p): int(end) for p, end in rows}
+
     def load_producer_states(self, name: str) -> list[ProducerSnapshot]:
         with self._lock:
             rows = self._db.execute(
@@ -430,6 +556,156 @@ class PostgresMetadataStore:
                     "WHERE group_id = %s AND topic = %s AND partition = %s",
                     [(group_id, topic, partition) for topic, partition in partitions],
                 )
+
+    # --- transactions (core/txn) ------------------------------------------------------------
+
+    def load_transactions(self) -> list[TxnRecord]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT transactional_id, producer_id, epoch, state, timeout_ms, start_ms, "
+                "update_ms, partitions, offsets FROM transactions"
+            ).fetchall()
+        return [
+            TxnRecord(
+                *row[:7],
+                partitions=[(t, p) for t, p in json.loads(row[7])],
+                offsets=[tuple(o) for o in json.loads(row[8])],  # type: ignore[misc]
+            )
+            for row in rows
+        ]
+
+    def save_transaction(self, txn: TxnRecord) -> None:
+        with self._transaction() as db:
+            db.execute(
+                "INSERT INTO transactions VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) "
+                "ON CONFLICT (transactional_id) DO UPDATE SET "
+                "producer_id = excluded.producer_id, epoch = excluded.epoch, "
+                "state = excluded.state, timeout_ms = excluded.timeout_ms, "
+                "start_ms = excluded.start_ms, update_ms = excluded.update_ms, "
+                "partitions = excluded.partitions, offsets = excluded.offsets",
+                (
+                    txn.transactional_id,
+                    txn.producer_id,
+                    txn.epoch,
+                    txn.state,
+                    txn.timeout_ms,
+                    txn.start_ms,
+                    txn.update_ms,
+                    json.dumps(txn.partitions),
+                    json.dumps(txn.offsets),
+                ),
+            )
+
+    def load_aborted_txns(self, name: str) -> list[tuple[int, int, int, int]]:
+        """(partition, producer id, first offset, last offset) of the topic's aborts."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT partition, producer_id, first_offset, last_offset FROM aborted_txns "
+                "WHERE topic = %s ORDER BY last_offset",
+                (name,),
+            ).fetchall()
+        return [(int(p), int(pid), int(first), int(last)) for p, pid, first, last in rows]
+
+    def add_aborted_txns(self, name: str, rows: list[tuple[int, int, int, int]]) -> None:
+        with self._transaction() as db:
+            db.cursor().executemany(
+                "INSERT INTO aborted_txns VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                [(name, *row) for row in rows],
+            )
+
+    def save_open_txns(self, name: str, snapshots: list[OpenTxnSnapshot]) -> None:
+        """Replace each partition's open transactions with a newer snapshot, atomically."""
+        with self._transaction() as db:
+            for snap in snapshots:
+                row = db.execute(
+                    "SELECT first_offset FROM open_txns "
+                    "WHERE topic = %s AND partition = %s AND producer_id = -1 FOR UPDATE",
+                    (name, snap.partition),
+                ).fetchone()
+                if row is not None and int(row[0]) > snap.as_of:
+                    continue  # an older snapshot committed late: keep the newer one
+                db.execute(
+                    "DELETE FROM open_txns WHERE topic = %s AND partition = %s",
+                    (name, snap.partition),
+                )
+                db.cursor().executemany(
+                    "INSERT INTO open_txns VALUES (%s, %s, %s, %s)",
+                    [(name, snap.partition, -1, snap.as_of)]
+                    + [(name, snap.partition, pid, first) for pid, first in snap.open.items()],
+                )
+
+    def load_open_txns(self, name: str) -> list[tuple[int, int, int]]:
+        """(partition, producer id, first offset) of the topic's saved open transactions."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT partition, producer_id, first_offset FROM open_txns "
+                "WHERE topic = %s AND producer_id >= 0",
+                (name,),
+            ).fetchall()
+        return [(int(p), int(pid), int(first)) for p, pid, first in rows]
+
+    # --- ACLs and client quotas (core/acl) -----------------------------------------------
+
+    def load_acls(self) -> list[AclBinding]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT resource_type, resource_name, pattern_type, principal, host, "
+                "operation, permission FROM acls"
+            ).fetchall()
+        return [
+            AclBinding(
+                ResourceType(r[0]),
+                r[1],
+                PatternType(r[2]),
+                r[3],
+                r[4],
+                Operation(r[5]),
+                Permission(r[6]),
+            )
+            for r in rows
+        ]
+
+    def add_acls(self, acls: list[AclBinding]) -> None:
+        with self._transaction() as db:
+            db.cursor().executemany(
+                "INSERT INTO acls VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                [_acl_row(a) for a in acls],
+            )
+
+    def delete_acls(self, acls: list[AclBinding]) -> None:
+        with self._transaction() as db:
+            db.cursor().executemany(
+                "DELETE FROM acls WHERE resource_type = %s AND resource_name = %s AND "
+                "pattern_type = %s AND principal = %s AND host = %s AND operation = %s AND "
+                "permission = %s",
+                [_acl_row(a) for a in acls],
+            )
+
+    def load_client_quotas(self) -> dict[Entity, dict[str, float]]:
+        with self._lock:
+            rows = self._db.execute("SELECT entity, quota_key, value FROM client_quotas").fetchall()
+        quotas: dict[Entity, dict[str, float]] = {}
+        for entity, key, value in rows:
+            parts = tuple((kind, name) for kind, name in json.loads(entity))
+            quotas.setdefault(parts, {})[key] = float(value)
+        return quotas
+
+    def alter_client_quotas(self, changes: list[tuple[Entity, dict[str, float | None]]]) -> None:
+        with self._transaction() as db:
+            for entity, ops in changes:
+                key = json.dumps(entity)  # the same text as SQLite's, so lookups match
+                for name, value in ops.items():
+                    if value is None:
+                        db.execute(
+                            "DELETE FROM client_quotas WHERE entity = %s AND quota_key = %s",
+                            (key, name),
+                        )
+                    else:
+                        db.execute(
+                            "INSERT INTO client_quotas VALUES (%s, %s, %s) ON CONFLICT "
+                            "(entity, quota_key) DO UPDATE SET value = excluded.value",
+                            (key, name, value),
+                        )
 
     # --- nodes, leases and segment owners ---------------------------------------------------
 
@@ -556,6 +832,19 @@ def migrate(db: psycopg.Connection) -> int:
             db.execute(_MIGRATIONS[version - 1].encode())
             db.execute("INSERT INTO schema_version VALUES (%s)", (version,))
     return SCHEMA_VERSION
+
+
+def _acl_row(acl: AclBinding) -> tuple[int, str, int, str, str, int, int]:
+    # Plain ints: the columns are INTEGER whatever psycopg's Enum adaptation would do.
+    return (
+        int(acl.resource_type),
+        acl.resource_name,
+        int(acl.pattern_type),
+        acl.principal,
+        acl.host,
+        int(acl.operation),
+        int(acl.permission),
+    )
 
 
 def _upsert_log_starts(db: psycopg.Connection, name: str, log_starts: dict[int, int]) -> None:

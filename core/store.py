@@ -92,23 +92,21 @@ class StreamStore:
             from .metadata_pg import PostgresMetadataStore  # psycopg only when asked for
 
             pg = PostgresMetadataStore(self.settings.metadata_url, self.settings.node_id)
-            self._metadata = pg
+            metadata: MetadataStore = pg
+            self._metadata = metadata
             self.cluster_id = pg.cluster_id()
         else:
-            self._metadata = SQLiteMetadataStore(
-                os.path.join(self.settings.data_dir, "metadata.db")
-            )
+            metadata = SQLiteMetadataStore(os.path.join(self.settings.data_dir, "metadata.db"))
+            self._metadata = metadata
             self.cluster_id = self._load_cluster_id()
         self.object_store = open_object_store(
             self.settings.tier2_url, self.settings.data_dir, self.settings.s3_endpoint
         )
         self._worker = MetadataWorker()
-        self._tier = TierManager(
-            self.object_store, self._metadata, self._worker, self.settings.tier
-        )
+        self._tier = TierManager(self.object_store, metadata, self._worker, self.settings.tier)
         self.compactor = Compactor(
             self.object_store,
-            self._metadata,
+            metadata,
             self._worker,
             self.settings.compaction,
             self._tier.cache.drop_object,
@@ -119,7 +117,7 @@ class StreamStore:
                 tier_scope = trio.CancelScope()
                 tier_done = trio.Event()
                 nursery.start_soon(_run_cancellable, tier_scope, tier_done, self._tier.run)
-                for record in self._metadata.load_topics():
+                for record in metadata.load_topics():
                     self._open_stream(record)
                 self._remove_orphan_directories()
                 compaction_scope = trio.CancelScope()
@@ -143,7 +141,7 @@ class StreamStore:
                     for segment in stream.segments.values():
                         segment.close()
         finally:
-            self._metadata.close()
+            metadata.close()
             self.object_store.close()
 
     def stop(self) -> None:

@@ -3,20 +3,27 @@ migrations, node leases (compare-and-set on the incarnation) and segment owner e
 
 from __future__ import annotations
 
+import pathlib
 import time
 import uuid
+from collections.abc import Iterator
 
 import psycopg
 import pytest
 
+from core.acl.model import AclBinding, Operation, PatternType, Permission, ResourceType
+from core.acl.quotas import Entity
 from core.api import TopicError
 from core.metadata import (
     ChunkRecord,
     ChunkSlice,
     CommittedOffset,
+    MetadataStore,
     ProducerSnapshot,
     SegmentRecord,
+    SQLiteMetadataStore,
     TopicRecord,
+    TxnRecord,
 )
 from core.metadata_pg import SCHEMA_VERSION, LeaseError, PostgresMetadataStore
 from tests.nodes_fixtures import pg_url, postgres, requires_postgres  # noqa: F401
@@ -147,3 +154,136 @@ def test_successors_stay_with_the_owner_of_their_predecessors(pg_url: str) -> No
     db.scale_segments("t", [0], [SegmentRecord(1, 1, 0, 1), SegmentRecord(2, 1, 2, 3)])
     assert db.segment_owners("t") == {0: (3, 2), 1: (3, 1), 2: (3, 1)}
     db.close()
+
+
+# --- the newer features' methods: the same round trip on SQLite and on PostgreSQL --------
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def any_store(
+    request: pytest.FixtureRequest,
+    pg_url: str,  # noqa: F811
+    tmp_path: pathlib.Path,
+) -> Iterator[MetadataStore]:
+    store: MetadataStore = (
+        SQLiteMetadataStore(str(tmp_path / "metadata.db"))
+        if request.param == "sqlite"
+        else PostgresMetadataStore(pg_url)
+    )
+    yield store
+    store.close()
+
+
+def test_transactions_round_trip(any_store: MetadataStore) -> None:
+    db = any_store
+    db.create_topic(_topic())
+    txn = TxnRecord("tx", 7, 0, "Ongoing", 60000, 5, 6, [("t", 0), ("t", 1)])
+    txn.offsets = [("g", "t", 0, 42, -1, None), ("g", "t", 1, 43, 2, "m")]
+    db.save_transaction(txn)
+    db.save_transaction(TxnRecord("tx", 7, 1, "CompleteCommit", 60000, -1, 9))  # replaces
+    db.save_transaction(txn2 := TxnRecord("other", 8, 3, "Ongoing", 1000, 1, 2, [("t", 2)]))
+    txn2.offsets = [("g", "t", 2, 1, -1, None)]
+    db.save_transaction(txn2)
+    loaded = {t.transactional_id: t for t in db.load_transactions()}
+    assert loaded["tx"] == TxnRecord("tx", 7, 1, "CompleteCommit", 60000, -1, 9)
+    assert loaded["other"] == txn2
+
+    db.add_aborted_txns("t", [(0, 7, 10, 20), (1, 7, 11, 21)])
+    db.add_aborted_txns("t", [(0, 7, 10, 20), (0, 8, 30, 40)])  # a repeat is ignored
+    assert db.load_aborted_txns("t") == [(0, 7, 10, 20), (1, 7, 11, 21), (0, 8, 30, 40)]
+    db.delete_topic("t")
+    assert db.load_aborted_txns("t") == []
+
+
+def test_acls_and_client_quotas_round_trip(any_store: MetadataStore) -> None:
+    db = any_store
+    read = AclBinding(
+        ResourceType.TOPIC, "t", PatternType.LITERAL, "User:a", "*", Operation.READ,
+        Permission.ALLOW,
+    )  # fmt: skip
+    deny = AclBinding(
+        ResourceType.GROUP, "g-", PatternType.PREFIXED, "User:b", "10.0.0.1", Operation.ALL,
+        Permission.DENY,
+    )  # fmt: skip
+    db.add_acls([read, deny])
+    db.add_acls([read])  # already there: no duplicate
+    assert sorted(db.load_acls(), key=repr) == sorted([read, deny], key=repr)
+    loaded = {a.resource_type: a for a in db.load_acls()}
+    assert isinstance(loaded[ResourceType.GROUP].operation, Operation)
+    db.delete_acls([deny])
+    assert db.load_acls() == [read]
+
+    user: Entity = (("user", "alice"),)
+    default_client: Entity = (("client-id", None),)
+    db.alter_client_quotas(
+        [
+            (user, {"producer_byte_rate": 1024.0, "consumer_byte_rate": 2048.5}),
+            (default_client, {"request_percentage": 50.0}),
+        ]
+    )
+    db.alter_client_quotas([(user, {"producer_byte_rate": 4096.0, "consumer_byte_rate": None})])
+    assert db.load_client_quotas() == {
+        user: {"producer_byte_rate": 4096.0},
+        default_client: {"request_percentage": 50.0},
+    }
+
+
+def test_compaction_swap_round_trip(any_store: MetadataStore) -> None:
+    db = any_store
+    db.create_topic(_topic())
+    old = [
+        ChunkRecord(0, 0, 100, "k/1", 100, [ChunkSlice(0, 0, 9, 0, 100, 1)]),
+        ChunkRecord(0, 100, 200, "k/2", 100, [ChunkSlice(1, 0, 9, 0, 100, 2)]),
+    ]
+    old_ids = [db.commit_chunk("t", c) for c in old]
+    new = ChunkRecord(
+        0, 0, 200, "k/3", 60, [ChunkSlice(0, 0, 9, 0, 30, 1), ChunkSlice(1, 0, 9, 30, 30, 2)]
+    )
+    db.replace_chunks("t", old_ids, [new], {0: 10, 1: 10})
+    assert new.chunk_id not in old_ids and {s.chunk_id for s in new.slices} == {new.chunk_id}
+    (loaded,) = db.load_chunks("t")
+    assert (loaded.chunk_id, loaded.object_key, len(loaded.slices)) == (new.chunk_id, "k/3", 2)
+    assert db.load_compacted_ends("t") == {0: 10, 1: 10}
+    # The old chunks are gone: a second swap of them changes nothing.
+    with pytest.raises(KeyError, match="gone"):
+        db.replace_chunks("t", old_ids, [ChunkRecord(0, 0, 200, "k/4", 1)], {0: 99})
+    assert [c.object_key for c in db.load_chunks("t")] == ["k/3"]
+    assert db.load_compacted_ends("t") == {0: 10, 1: 10}
+    db.replace_chunks("t", [new.chunk_id], [], {0: 5, 1: 12})  # ends never move back
+    assert db.load_compacted_ends("t") == {0: 10, 1: 12}
+    db.delete_topic("t")
+    assert db.load_compacted_ends("t") == {}
+
+
+def test_a_version_2_database_is_migrated(pg_url: str) -> None:  # noqa: F811
+    PostgresMetadataStore(pg_url).close()
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # back to the nodes branch schema
+        conn.execute(
+            "DROP TABLE transactions, aborted_txns, acls, client_quotas, compaction_state, "
+            "scram_credentials, open_txns"
+        )
+        conn.execute("DELETE FROM schema_version WHERE version > 2")
+    db = PostgresMetadataStore(pg_url)
+    db.save_transaction(TxnRecord("tx", 1, 0, "Empty", 1000))
+    assert [t.transactional_id for t in db.load_transactions()] == ["tx"]
+    with psycopg.connect(pg_url) as conn:
+        rows = conn.execute("SELECT version FROM schema_version ORDER BY version").fetchall()
+    assert [r[0] for r in rows] == [1, 2, 3, 4] == list(range(1, SCHEMA_VERSION + 1))
+    db.close()
+
+
+def test_open_transactions_round_trip(pg_url: str) -> None:  # noqa: F811
+    """The open-transaction snapshots (issue 16) as SQLite keeps them: newest wins."""
+    from core.metadata import OpenTxnSnapshot
+
+    db = PostgresMetadataStore(pg_url)
+    try:
+        db.create_topic(_topic("ot"))
+        db.save_open_txns("ot", [OpenTxnSnapshot(0, 20, {7: 10, 8: 12})])
+        assert sorted(db.load_open_txns("ot")) == [(0, 7, 10), (0, 8, 12)]
+        db.save_open_txns("ot", [OpenTxnSnapshot(0, 15, {8: 12})])  # older: ignored
+        assert sorted(db.load_open_txns("ot")) == [(0, 7, 10), (0, 8, 12)]
+        db.save_open_txns("ot", [OpenTxnSnapshot(0, 40, {9: 30})])
+        assert db.load_open_txns("ot") == [(0, 9, 30)]
+    finally:
+        db.close()

@@ -28,7 +28,7 @@ import trio
 
 from ..api import AppendResult, StoreError
 from ..errors import ErrorCode
-from ..metadata import CommittedOffset, SQLiteMetadataStore, TxnRecord
+from ..metadata import CommittedOffset, MetadataStore, TxnRecord
 from ..metadata_worker import MetadataWorker
 from ..recordbatch import RecordBatchError, build_control_batch, read_batch_header
 from .state import (
@@ -59,7 +59,7 @@ class TransactionCoordinator:
     def __init__(
         self,
         store: StreamStore,
-        metadata: SQLiteMetadataStore,
+        metadata: MetadataStore,
         worker: MetadataWorker,
         commit_offsets: OffsetSink,
         max_timeout_ms: int = MAX_TIMEOUT_MS,
