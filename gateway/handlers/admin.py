@@ -124,7 +124,7 @@ def _topic_metadata(topic: Topic) -> TopicMetadata:
         topic.name,
         topic.partition_count,
         topic.topic_id,
-        -1 if leader is None else leader,
+        leader=-1 if leader is None else leader,
     )
 
 
