@@ -70,9 +70,12 @@ def build_parser() -> argparse.ArgumentParser:
 def managed_gateway(initial_delay_ms: int) -> Iterator[Gateway]:
     """`streamgate serve` on a free port with a temporary data dir (harness.gateway)."""
     workdir = Path(tempfile.mkdtemp(prefix="streamgate-bench-groups-"))
-    gateway = Gateway(workdir / "data", workdir / "server.log",
-                      ["--group-initial-rebalance-delay-ms", str(initial_delay_ms),
-                       "--log-level", "WARNING"], default_partitions=None)
+    gateway = Gateway(
+        workdir / "data",
+        workdir / "server.log",
+        ["--group-initial-rebalance-delay-ms", str(initial_delay_ms), "--log-level", "WARNING"],
+        default_partitions=None,
+    )
     try:
         gateway.start_fresh()
         yield gateway

@@ -47,8 +47,13 @@ class Server(Gateway):
     """A gateway with the admin endpoint on, logging warnings only."""
 
     def __init__(self, work_dir: str) -> None:
-        super().__init__(Path(work_dir) / "data", Path(work_dir) / "server.log",
-                         ["--log-level", "WARNING"], default_partitions=None, metrics=True)
+        super().__init__(
+            Path(work_dir) / "data",
+            Path(work_dir) / "server.log",
+            ["--log-level", "WARNING"],
+            default_partitions=None,
+            metrics=True,
+        )
 
     def timed_start(self) -> float:
         """Start and return the seconds until it listens."""
@@ -112,8 +117,9 @@ def produce_throughput(workdir: str, partitions: int, records: int, size: int) -
         for i in range(records):
             while True:
                 try:
-                    producer.produce("bench", payload, partition=i % partitions,
-                                     on_delivery=on_delivery)
+                    producer.produce(
+                        "bench", payload, partition=i % partitions, on_delivery=on_delivery
+                    )
                     break
                 except BufferError:
                     producer.poll(0.01)
@@ -264,13 +270,23 @@ def main() -> int:
     ok = all(row["ok"] for row in throughput)
     for row in throughput:
         if not row["ok"]:
-            print(f"  ! {row['partitions']} partitions: {row['delivered']} of {row['records']} "
-                  f"delivered, {row['errors']} errors, {row['unflushed']} unflushed "
-                  f"{row['error_samples'][:3]}")
+            print(
+                f"  ! {row['partitions']} partitions: {row['delivered']} of {row['records']} "
+                f"delivered, {row['errors']} errors, {row['unflushed']} unflushed "
+                f"{row['error_samples'][:3]}"
+            )
     settings = {k: v for k, v in vars(args).items() if k != "output"}
-    write_report(args.output, {"benchmark": "compat/bench_scaling.py", "ok": ok,
-                               "settings": settings, "throughput": throughput, "idle": idle,
-                               "scale": scaling})
+    write_report(
+        args.output,
+        {
+            "benchmark": "compat/bench_scaling.py",
+            "ok": ok,
+            "settings": settings,
+            "throughput": throughput,
+            "idle": idle,
+            "scale": scaling,
+        },
+    )
     print(f"wrote {args.output}; result: {'OK' if ok else 'FAILED'}")
     return 0 if ok else 1
 

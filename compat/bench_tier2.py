@@ -83,69 +83,197 @@ Report = dict[str, Any]
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     add = parser.add_argument
-    add("--backends", type=choices(BACKENDS), default=list(BACKENDS), metavar="LIST",
-        help="tier-2 backends to measure: folder, s3 (moto) (default: folder,s3)")
-    add("--scenarios", type=choices(SCENARIOS), default=list(SCENARIOS), metavar="LIST",
-        help="what to measure: lag, catchup, tail (default: all three)")
-    add("--repeat", type=positive_int, default=1, metavar="N",
-        help="run everything N times; tables show the median and the range (default: 1)")
-    add("--record-size", type=positive_int, default=1024, metavar="BYTES",
-        help="value bytes per record; keys are 12 bytes more (default: %(default)s)")
-    add("--partitions", type=positive_int, default=8, metavar="N",
-        help="partitions per topic (default: %(default)s)")
+    add(
+        "--backends",
+        type=choices(BACKENDS),
+        default=list(BACKENDS),
+        metavar="LIST",
+        help="tier-2 backends to measure: folder, s3 (moto) (default: folder,s3)",
+    )
+    add(
+        "--scenarios",
+        type=choices(SCENARIOS),
+        default=list(SCENARIOS),
+        metavar="LIST",
+        help="what to measure: lag, catchup, tail (default: all three)",
+    )
+    add(
+        "--repeat",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="run everything N times; tables show the median and the range (default: 1)",
+    )
+    add(
+        "--record-size",
+        type=positive_int,
+        default=1024,
+        metavar="BYTES",
+        help="value bytes per record; keys are 12 bytes more (default: %(default)s)",
+    )
+    add(
+        "--partitions",
+        type=positive_int,
+        default=8,
+        metavar="N",
+        help="partitions per topic (default: %(default)s)",
+    )
     # lag
-    add("--lag-seconds", type=positive_float, default=20.0, metavar="S",
-        help="lag: how long to produce (default: %(default)s)")
-    add("--lag-rate", type=positive_int, default=20_000, metavar="RECORDS_PER_S",
-        help="lag: steady produce rate (default: %(default)s, ~19.5 MiB/s of values)")
-    add("--lag-linger-ms", type=float, default=5.0, metavar="MS",
-        help="lag and catchup producers' linger.ms (default: %(default)s)")
-    add("--sample-interval", type=positive_float, default=0.25, metavar="S",
-        help="how often /tier is sampled (default: %(default)s)")
-    add("--small-chunk-bytes", type=positive_int, default=1 << 20, metavar="BYTES",
-        help="the small-chunk variant's --chunk-bytes (default: %(default)s)")
-    add("--small-chunk-age-ms", type=positive_int, default=1000, metavar="MS",
-        help="the small-chunk variant's --chunk-age-ms (default: %(default)s)")
-    add("--chunk-variants", type=choices(("default", "small")), default=["default", "small"],
-        metavar="LIST", help="chunk settings for lag and tail: default, small (default: both)")
+    add(
+        "--lag-seconds",
+        type=positive_float,
+        default=20.0,
+        metavar="S",
+        help="lag: how long to produce (default: %(default)s)",
+    )
+    add(
+        "--lag-rate",
+        type=positive_int,
+        default=20_000,
+        metavar="RECORDS_PER_S",
+        help="lag: steady produce rate (default: %(default)s, ~19.5 MiB/s of values)",
+    )
+    add(
+        "--lag-linger-ms",
+        type=float,
+        default=5.0,
+        metavar="MS",
+        help="lag and catchup producers' linger.ms (default: %(default)s)",
+    )
+    add(
+        "--sample-interval",
+        type=positive_float,
+        default=0.25,
+        metavar="S",
+        help="how often /tier is sampled (default: %(default)s)",
+    )
+    add(
+        "--small-chunk-bytes",
+        type=positive_int,
+        default=1 << 20,
+        metavar="BYTES",
+        help="the small-chunk variant's --chunk-bytes (default: %(default)s)",
+    )
+    add(
+        "--small-chunk-age-ms",
+        type=positive_int,
+        default=1000,
+        metavar="MS",
+        help="the small-chunk variant's --chunk-age-ms (default: %(default)s)",
+    )
+    add(
+        "--chunk-variants",
+        type=choices(("default", "small")),
+        default=["default", "small"],
+        metavar="LIST",
+        help="chunk settings for lag and tail: default, small (default: both)",
+    )
     # catch-up
-    add("--catchup-mib", type=positive_int, default=200, metavar="MIB",
-        help="catchup: MiB of values produced and read back (default: %(default)s)")
-    add("--retain-large-bytes", type=positive_int, default=4 << 30, metavar="BYTES",
-        help="catchup: --local-retain-bytes of the tier-1 read (default: 4 GiB)")
-    add("--consumer-config", type=key_value, action="append", default=[],
+    add(
+        "--catchup-mib",
+        type=positive_int,
+        default=200,
+        metavar="MIB",
+        help="catchup: MiB of values produced and read back (default: %(default)s)",
+    )
+    add(
+        "--retain-large-bytes",
+        type=positive_int,
+        default=4 << 30,
+        metavar="BYTES",
+        help="catchup: --local-retain-bytes of the tier-1 read (default: 4 GiB)",
+    )
+    add(
+        "--consumer-config",
+        type=key_value,
+        action="append",
+        default=[],
         metavar="KEY=VALUE",
-        help="extra librdkafka consumer property (repeatable); fetch.queue.backoff.ms=10 is set")
+        help="extra librdkafka consumer property (repeatable); fetch.queue.backoff.ms=10 is set",
+    )
     # tail
-    add("--tail-seconds", type=positive_float, default=20.0, metavar="S",
-        help="tail: how long to produce (default: %(default)s)")
-    add("--tail-rate", type=positive_int, default=2000, metavar="RECORDS_PER_S",
-        help="tail: produce rate (default: %(default)s)")
-    add("--tail-linger-ms", type=float, default=1.0, metavar="MS",
-        help="tail: producer linger.ms (default: %(default)s)")
-    add("--tail-warmup", type=float, default=1.0, metavar="S",
+    add(
+        "--tail-seconds",
+        type=positive_float,
+        default=20.0,
+        metavar="S",
+        help="tail: how long to produce (default: %(default)s)",
+    )
+    add(
+        "--tail-rate",
+        type=positive_int,
+        default=2000,
+        metavar="RECORDS_PER_S",
+        help="tail: produce rate (default: %(default)s)",
+    )
+    add(
+        "--tail-linger-ms",
+        type=float,
+        default=1.0,
+        metavar="MS",
+        help="tail: producer linger.ms (default: %(default)s)",
+    )
+    add(
+        "--tail-warmup",
+        type=float,
+        default=1.0,
+        metavar="S",
         help="tail: latencies of records produced in the first S seconds are left out "
-             "(default: %(default)s)")
+        "(default: %(default)s)",
+    )
     # general
-    add("--upload-timeout", type=positive_float, default=180.0, metavar="S",
+    add(
+        "--upload-timeout",
+        type=positive_float,
+        default=180.0,
+        metavar="S",
         help="give up waiting for tier1_pending_bytes to reach 0 after this long "
-             "(default: %(default)s)")
-    add("--stall-timeout", type=positive_float, default=60.0, metavar="S",
+        "(default: %(default)s)",
+    )
+    add(
+        "--stall-timeout",
+        type=positive_float,
+        default=60.0,
+        metavar="S",
         help="give up on a produce or consume phase that makes no progress for this long "
-             "(default: %(default)s)")
-    add("--gateway-arg", action="append", default=[], metavar="ARG",
-        help="extra argument for every started gateway (repeatable)")
-    add("--keep-data", action="store_true",
-        help="keep the temporary dirs (data, gateway.log, moto-server.log)")
-    add("--progress", choices=PROGRESS_MODES, default="auto",
-        help="auto: rich bars on a terminal if rich is installed, else a line a second")
-    add("--output", type=Path, default=DEFAULT_OUTPUT, metavar="PATH",
-        help="JSON results (default: compat/results/tier2.json)")
-    add("--plot", type=Path, default=DEFAULT_PLOT, metavar="PATH",
+        "(default: %(default)s)",
+    )
+    add(
+        "--gateway-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="extra argument for every started gateway (repeatable)",
+    )
+    add(
+        "--keep-data",
+        action="store_true",
+        help="keep the temporary dirs (data, gateway.log, moto-server.log)",
+    )
+    add(
+        "--progress",
+        choices=PROGRESS_MODES,
+        default="auto",
+        help="auto: rich bars on a terminal if rich is installed, else a line a second",
+    )
+    add(
+        "--output",
+        type=Path,
+        default=DEFAULT_OUTPUT,
+        metavar="PATH",
+        help="JSON results (default: compat/results/tier2.json)",
+    )
+    add(
+        "--plot",
+        type=Path,
+        default=DEFAULT_PLOT,
+        metavar="PATH",
         help="PNG of tier1_pending_bytes over time (default: "
-             "compat/results/tier2_upload_lag.png; needs matplotlib)")
+        "compat/results/tier2_upload_lag.png; needs matplotlib)",
+    )
     return parser
 
 
@@ -178,30 +306,44 @@ class Options:
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Options:
         return cls(
-            backends=args.backends, scenarios=args.scenarios, repeat=args.repeat,
-            record_size=args.record_size, partitions=args.partitions,
-            lag_seconds=args.lag_seconds, lag_rate=args.lag_rate,
-            lag_linger_ms=args.lag_linger_ms, sample_interval=args.sample_interval,
+            backends=args.backends,
+            scenarios=args.scenarios,
+            repeat=args.repeat,
+            record_size=args.record_size,
+            partitions=args.partitions,
+            lag_seconds=args.lag_seconds,
+            lag_rate=args.lag_rate,
+            lag_linger_ms=args.lag_linger_ms,
+            sample_interval=args.sample_interval,
             small_chunk_bytes=args.small_chunk_bytes,
-            small_chunk_age_ms=args.small_chunk_age_ms, chunk_variants=args.chunk_variants,
-            catchup_mib=args.catchup_mib, retain_large_bytes=args.retain_large_bytes,
-            consumer_extra=dict(args.consumer_config), tail_seconds=args.tail_seconds,
-            tail_rate=args.tail_rate, tail_linger_ms=args.tail_linger_ms,
-            tail_warmup=args.tail_warmup, upload_timeout=args.upload_timeout,
-            stall_timeout=args.stall_timeout, gateway_args=list(args.gateway_arg),
+            small_chunk_age_ms=args.small_chunk_age_ms,
+            chunk_variants=args.chunk_variants,
+            catchup_mib=args.catchup_mib,
+            retain_large_bytes=args.retain_large_bytes,
+            consumer_extra=dict(args.consumer_config),
+            tail_seconds=args.tail_seconds,
+            tail_rate=args.tail_rate,
+            tail_linger_ms=args.tail_linger_ms,
+            tail_warmup=args.tail_warmup,
+            upload_timeout=args.upload_timeout,
+            stall_timeout=args.stall_timeout,
+            gateway_args=list(args.gateway_arg),
             keep_data=args.keep_data,
         )
 
     def chunk_args(self, variant: str) -> list[str]:
         if variant == "small":
-            return ["--chunk-bytes", str(self.small_chunk_bytes),
-                    "--chunk-age-ms", str(self.small_chunk_age_ms)]
+            return [
+                "--chunk-bytes",
+                str(self.small_chunk_bytes),
+                "--chunk-age-ms",
+                str(self.small_chunk_age_ms),
+            ]
         return []
 
     def chunk_label(self, variant: str) -> str:
         if variant == "small":
-            return (f"{_size_label(self.small_chunk_bytes)} / "
-                    f"{self.small_chunk_age_ms / 1000:g} s")
+            return f"{_size_label(self.small_chunk_bytes)} / {self.small_chunk_age_ms / 1000:g} s"
         return "8 MiB / 5 s (defaults)"
 
 
@@ -242,13 +384,20 @@ class Context:
 
     @contextlib.contextmanager
     def gateway(self, name: str, backend: str, args: list[str]) -> Iterator[TierGateway]:
-        gw = TierGateway(self.work_root, name, backend, self.s3 if backend == "s3" else None,
-                         args + self.opts.gateway_args)
+        gw = TierGateway(
+            self.work_root,
+            name,
+            backend,
+            self.s3 if backend == "s3" else None,
+            args + self.opts.gateway_args,
+        )
         try:
             self.code = code_state()
             gw.start_fresh()
-            self.display.log(f"  gateway pid {gw.pid} on {gw.bootstrap} "
-                             f"(admin {gw.admin_url}): {' '.join(gw.command()[3:])}")
+            self.display.log(
+                f"  gateway pid {gw.pid} on {gw.bootstrap} "
+                f"(admin {gw.admin_url}): {' '.join(gw.command()[3:])}"
+            )
             yield gw
         except BaseException:
             self.display.log(f"--- gateway log (tail) ---\n{gw.log_tail()}")
@@ -263,8 +412,10 @@ class Context:
         objects, tier2_bytes = len(sizes), sum(sizes)
         if sizes:  # a chunk is at least --chunk-bytes (unless age-rolled), often more
             result["tier2_chunk_mib"] = {
-                "min": round(sizes[0] / MIB, 2), "median": round(statistics.median(sizes) / MIB, 2),
-                "max": round(sizes[-1] / MIB, 2)}
+                "min": round(sizes[0] / MIB, 2),
+                "median": round(statistics.median(sizes) / MIB, 2),
+                "max": round(sizes[-1] / MIB, 2),
+            }
         result["local_disk_mib"] = round(allocated / MIB, 2)
         result["local_apparent_mib"] = round(apparent / MIB, 2)
         result["tier2_objects"] = objects
@@ -281,8 +432,10 @@ class Context:
         if result["gateway_exit_code"] != 0:
             self.problems.append(f"{label}: gateway exit code {result['gateway_exit_code']}")
         if counts["ERROR"] or counts["Traceback"] or counts["CRITICAL"]:
-            self.problems.append(f"{label}: gateway log has {counts['ERROR']} ERROR, "
-                                 f"{counts['Traceback']} Traceback lines")
+            self.problems.append(
+                f"{label}: gateway log has {counts['ERROR']} ERROR, "
+                f"{counts['Traceback']} Traceback lines"
+            )
         tier_end = result.get("tier_at_end", {})
         for name in ("upload_errors", "read_errors"):
             if tier_end.get(name):
@@ -291,16 +444,26 @@ class Context:
     def check_produce(self, run: ProduceRun, label: str) -> None:
         s = run.summary(self.opts.record_size)
         if s["delivery_errors"] or s["client_errors"] or s["unflushed"] or s["stalled"]:
-            self.problems.append(f"{label}: produce: {s['delivery_errors']} delivery errors, "
-                                 f"{s['client_errors']} client errors, {s['unflushed']} "
-                                 f"unflushed, stalled={s['stalled']}: {s['error_samples'][:3]}")
+            self.problems.append(
+                f"{label}: produce: {s['delivery_errors']} delivery errors, "
+                f"{s['client_errors']} client errors, {s['unflushed']} "
+                f"unflushed, stalled={s['stalled']}: {s['error_samples'][:3]}"
+            )
         if not s["offsets_dense"]:
             self.problems.append(f"{label}: delivered offsets are not dense")
 
 
-def _produce_phase(ctx: Context, gw: TierGateway, run: ProduceRun, label: str,
-                   rate: float | None, count: int | None, duration: float | None,
-                   linger_ms: float, sampler: TierSampler | None) -> None:
+def _produce_phase(
+    ctx: Context,
+    gw: TierGateway,
+    run: ProduceRun,
+    label: str,
+    rate: float | None,
+    count: int | None,
+    duration: float | None,
+    linger_ms: float,
+    sampler: TierSampler | None,
+) -> None:
     producer = Producer(producer_config(gw.bootstrap, linger_ms, run.tracker))
     producer.list_topics(run.topic, timeout=10)  # connect before the clock starts
     total = duration if duration is not None else float(count or 0)
@@ -312,8 +475,10 @@ def _produce_phase(ctx: Context, gw: TierGateway, run: ProduceRun, label: str,
         status = f"{rec / elapsed:,.0f} rec/s" if elapsed > 0 and rec else ""
         last = sampler.last if sampler is not None else {}
         if last:
-            status += (f", pending {last['tier1_pending_bytes'] / MIB:,.1f} MiB, "
-                       f"{last['chunks_uploaded']} chunks")
+            status += (
+                f", pending {last['tier1_pending_bytes'] / MIB:,.1f} MiB, "
+                f"{last['chunks_uploaded']} chunks"
+            )
         done = min(elapsed, total) if duration is not None else rec
         return done, status
 
@@ -331,13 +496,23 @@ def run_lag(ctx: Context, backend: str, variant: str, rep: int) -> Report:
         run = ProduceRun(topic, opts.partitions, ctx.payloads, capacity)
         with TierSampler(gw, opts.sample_interval) as sampler:
             cpu = CpuMeter(gw.cpu_seconds)
-            _produce_phase(ctx, gw, run, f"{label}: produce", opts.lag_rate, None,
-                           opts.lag_seconds, opts.lag_linger_ms, sampler)
+            _produce_phase(
+                ctx,
+                gw,
+                run,
+                f"{label}: produce",
+                opts.lag_rate,
+                None,
+                opts.lag_seconds,
+                opts.lag_linger_ms,
+                sampler,
+            )
             produce_cpu = cpu.read().to_json()
             produce_start = run.started - sampler.t0
             produce_end = run.tracker.last_delivery - sampler.t0
-            drained_at, drained = wait_uploaded(gw, ctx.display, f"{label}: drain",
-                                                opts.upload_timeout)
+            drained_at, drained = wait_uploaded(
+                gw, ctx.display, f"{label}: drain", opts.upload_timeout
+            )
             drain_s = drained_at - run.tracker.last_delivery
             sampler.sample()
         ctx.check_produce(run, label)
@@ -348,8 +523,12 @@ def run_lag(ctx: Context, backend: str, variant: str, rep: int) -> Report:
         tier_end = sampler.last
         produce = run.summary(opts.record_size)
         result: Report = {
-            "scenario": "lag", "backend": backend, "chunks": variant, "repetition": rep,
-            "chunk_settings": opts.chunk_label(variant), "topic": topic,
+            "scenario": "lag",
+            "backend": backend,
+            "chunks": variant,
+            "repetition": rep,
+            "chunk_settings": opts.chunk_label(variant),
+            "topic": topic,
             "target_records_per_s": opts.lag_rate,
             "target_mib_per_s": round(opts.lag_rate * opts.record_size / MIB, 2),
             "produce": produce,
@@ -373,7 +552,8 @@ def run_lag(ctx: Context, backend: str, variant: str, rep: int) -> Report:
         f"  {label}: {produce['mib_per_s']:.1f} MiB/s produced, pending peak "
         f"{result['pending_peak_mib']:.1f} MiB, lag p50/p99 {result['lag_p50_s']}/"
         f"{result['lag_p99_s']} s, {result['chunks_uploaded']} chunks, drained in "
-        f"{drain_s:.1f} s")
+        f"{drain_s:.1f} s"
+    )
     return result
 
 
@@ -388,17 +568,20 @@ def run_catchup(ctx: Context, backend: str, source: str, rep: int) -> Report:
     retain = 0 if source == "tier2" else opts.retain_large_bytes
     topic = f"catchup-{uuid.uuid4().hex[:8]}"
     records = max(opts.partitions, opts.catchup_mib * MIB // opts.record_size)
-    with ctx.gateway(f"catchup-{backend}-{source}-{rep}", backend,
-                     ["--local-retain-bytes", str(retain)]) as gw:
+    with ctx.gateway(
+        f"catchup-{backend}-{source}-{rep}", backend, ["--local-retain-bytes", str(retain)]
+    ) as gw:
         create_topic(gw.bootstrap, topic, opts.partitions)
         run = ProduceRun(topic, opts.partitions, ctx.payloads, records)
         cpu = CpuMeter(gw.cpu_seconds)
-        _produce_phase(ctx, gw, run, f"{label}: produce", None, records, None,
-                       opts.lag_linger_ms, None)
+        _produce_phase(
+            ctx, gw, run, f"{label}: produce", None, records, None, opts.lag_linger_ms, None
+        )
         produce_cpu = cpu.read().to_json()
         ctx.check_produce(run, label)
-        uploaded_at, uploaded = wait_uploaded(gw, ctx.display, f"{label}: upload",
-                                              opts.upload_timeout)
+        uploaded_at, uploaded = wait_uploaded(
+            gw, ctx.display, f"{label}: upload", opts.upload_timeout
+        )
         wait_s = uploaded_at - run.tracker.last_delivery
         if not uploaded:
             ctx.problems.append(f"{label}: tier1_pending_bytes not 0 after {wait_s:.0f} s")
@@ -406,29 +589,47 @@ def run_catchup(ctx: Context, backend: str, source: str, rep: int) -> Report:
         disk_before = gw.local_disk()[0]
         tier2_before = gw.tier2_usage()
         cpu = CpuMeter(gw.cpu_seconds)
-        read, _check = read_all(gw.bootstrap, topic, run.per_partition(), ctx.payloads,
-                                opts.consumer_extra, opts.stall_timeout, ctx.display,
-                                f"{label}: read")
+        read, _check = read_all(
+            gw.bootstrap,
+            topic,
+            run.per_partition(),
+            ctx.payloads,
+            opts.consumer_extra,
+            opts.stall_timeout,
+            ctx.display,
+            f"{label}: read",
+        )
         read["cpu_seconds"] = cpu.read().to_json()
         after = gw.tier()
         if not read["ok"]:
-            ctx.problems.append(f"{label}: read back: {read['missing']} missing, "
-                                f"{read['anomalies']['total']} anomalies "
-                                f"{read['anomalies']['samples'][:3]}")
-        delta = {k: (after.get(k) or 0) - (before.get(k) or 0)
-                 for k in ("cache_hits", "cache_misses", "bytes_fetched")}
+            ctx.problems.append(
+                f"{label}: read back: {read['missing']} missing, "
+                f"{read['anomalies']['total']} anomalies "
+                f"{read['anomalies']['samples'][:3]}"
+            )
+        delta = {
+            k: (after.get(k) or 0) - (before.get(k) or 0)
+            for k in ("cache_hits", "cache_misses", "bytes_fetched")
+        }
         produce = run.summary(opts.record_size)
         result: Report = {
-            "scenario": "catchup", "backend": backend, "source": source, "repetition": rep,
-            "local_retain_bytes": retain, "topic": topic,
-            "produce": produce, "produce_cpu_seconds": produce_cpu,
-            "upload_wait_seconds": round(wait_s, 2), "uploaded": uploaded,
+            "scenario": "catchup",
+            "backend": backend,
+            "source": source,
+            "repetition": rep,
+            "local_retain_bytes": retain,
+            "topic": topic,
+            "produce": produce,
+            "produce_cpu_seconds": produce_cpu,
+            "upload_wait_seconds": round(wait_s, 2),
+            "uploaded": uploaded,
             "lag_p50_s": before.get("tier2_upload_lag_p50_seconds"),
             "lag_p99_s": before.get("tier2_upload_lag_p99_seconds"),
             "chunks_uploaded": before.get("chunks_uploaded"),
             "local_disk_before_read_mib": round(disk_before / MIB, 2),
             "tier1_retained_before_read_mib": round(
-                (before.get("tier1_retained_bytes") or 0) / MIB, 2),
+                (before.get("tier1_retained_bytes") or 0) / MIB, 2
+            ),
             "tier2_before_read_mib": round(tier2_before[1] / MIB, 2),
             "read": read,
             "read_cache_hits": delta["cache_hits"],
@@ -439,7 +640,8 @@ def run_catchup(ctx: Context, backend: str, source: str, rep: int) -> Report:
     ctx.display.log(
         f"  {label}: produced {produce['mib']:.0f} MiB at {produce['mib_per_s']:.1f} MiB/s, "
         f"uploaded {wait_s:.1f} s later; read {read['mib_per_s']:.1f} MiB/s "
-        f"({delta['cache_misses']} ranged GETs, {delta['bytes_fetched'] / MIB:.0f} MiB fetched)")
+        f"({delta['cache_misses']} ranged GETs, {delta['bytes_fetched'] / MIB:.0f} MiB fetched)"
+    )
     return result
 
 
@@ -451,14 +653,22 @@ def run_tail(ctx: Context, backend: str, variant: str, rep: int) -> Report:
         create_topic(gw.bootstrap, topic, opts.partitions)
         capacity = int(opts.tail_rate * opts.tail_seconds * 1.05) + 1000
         run = ProduceRun(topic, opts.partitions, ctx.payloads, capacity)
-        tail = TailConsumer(gw.bootstrap, topic, opts.partitions, run.sent_at,
-                            opts.consumer_extra)
+        tail = TailConsumer(gw.bootstrap, topic, opts.partitions, run.sent_at, opts.consumer_extra)
         tail.start()
         before = gw.tier()
         with TierSampler(gw, opts.sample_interval) as sampler:
             cpu = CpuMeter(gw.cpu_seconds)
-            _produce_phase(ctx, gw, run, f"{label}: produce+tail", opts.tail_rate, None,
-                           opts.tail_seconds, opts.tail_linger_ms, sampler)
+            _produce_phase(
+                ctx,
+                gw,
+                run,
+                f"{label}: produce+tail",
+                opts.tail_rate,
+                None,
+                opts.tail_seconds,
+                opts.tail_linger_ms,
+                sampler,
+            )
             tail.target = run.sent
             tail.close(timeout=opts.stall_timeout)
             phase_cpu = cpu.read().to_json()
@@ -466,31 +676,42 @@ def run_tail(ctx: Context, backend: str, variant: str, rep: int) -> Report:
         ctx.check_produce(run, label)
         warm_until = run.started + opts.tail_warmup
         produce_lat = sorted(
-            lat for lat, idx in zip(run.tracker.latencies, run.tracker.indices, strict=True)
-            if run.sent_at[idx] >= warm_until)
+            lat
+            for lat, idx in zip(run.tracker.latencies, run.tracker.indices, strict=True)
+            if run.sent_at[idx] >= warm_until
+        )
         e2e = sorted(lat for at, lat in tail.latencies if at >= warm_until)
         if tail.consumed < run.tracker.delivered:
-            ctx.problems.append(f"{label}: tail consumer read {tail.consumed} of "
-                                f"{run.tracker.delivered} records")
+            ctx.problems.append(
+                f"{label}: tail consumer read {tail.consumed} of {run.tracker.delivered} records"
+            )
         if tail.errors.total():
             ctx.problems.append(f"{label}: consumer errors {tail.errors.samples[:3]}")
         produce = run.summary(opts.record_size)
         result: Report = {
-            "scenario": "tail", "backend": backend, "chunks": variant, "repetition": rep,
-            "chunk_settings": opts.chunk_label(variant), "topic": topic,
-            "target_records_per_s": opts.tail_rate, "linger_ms": opts.tail_linger_ms,
+            "scenario": "tail",
+            "backend": backend,
+            "chunks": variant,
+            "repetition": rep,
+            "chunk_settings": opts.chunk_label(variant),
+            "topic": topic,
+            "target_records_per_s": opts.tail_rate,
+            "linger_ms": opts.tail_linger_ms,
             "warmup_s": opts.tail_warmup,
-            "produce": produce, "cpu_seconds": phase_cpu,
+            "produce": produce,
+            "cpu_seconds": phase_cpu,
             "produce_latency_ms": latency_ms(produce_lat),
             "e2e_latency_ms": latency_ms(e2e),
             "by_second": _by_second(run, tail),
-            "consumed": tail.consumed, "consumer_errors": tail.errors.to_json(),
+            "consumed": tail.consumed,
+            "consumer_errors": tail.errors.to_json(),
             "chunks_uploaded_during": (after.get("chunks_uploaded") or 0)
-                                      - (before.get("chunks_uploaded") or 0),
+            - (before.get("chunks_uploaded") or 0),
             "lag_p50_s": after.get("tier2_upload_lag_p50_seconds"),
             "lag_p99_s": after.get("tier2_upload_lag_p99_seconds"),
-            "pending_peak_mib": round(max(
-                [s["tier1_pending_bytes"] for s in sampler.samples] or [0]) / MIB, 2),
+            "pending_peak_mib": round(
+                max([s["tier1_pending_bytes"] for s in sampler.samples] or [0]) / MIB, 2
+            ),
             **sampler.compact(),
         }
         ctx.finish(gw, result, label)
@@ -498,7 +719,8 @@ def run_tail(ctx: Context, backend: str, variant: str, rep: int) -> Report:
         f"  {label}: produce p50/p99 {result['produce_latency_ms']['p50']}/"
         f"{result['produce_latency_ms']['p99']} ms, end-to-end p50/p99 "
         f"{result['e2e_latency_ms']['p50']}/{result['e2e_latency_ms']['p99']} ms, "
-        f"{result['chunks_uploaded_during']} chunks uploaded meanwhile")
+        f"{result['chunks_uploaded_during']} chunks uploaded meanwhile"
+    )
     return result
 
 
@@ -513,11 +735,16 @@ def _by_second(run: ProduceRun, tail: TailConsumer) -> list[Report]:
     rows = []
     for second in sorted(produce):
         p, e = sorted(produce[second]), sorted(e2e.get(second, []))
-        rows.append({"second": second, "records": len(p),
-                     "produce_p50_ms": round_or_none(percentile(p, 0.5) * 1000, 2),
-                     "produce_p99_ms": round_or_none(percentile(p, 0.99) * 1000, 2),
-                     "e2e_p50_ms": round_or_none(percentile(e, 0.5) * 1000, 2),
-                     "e2e_p99_ms": round_or_none(percentile(e, 0.99) * 1000, 2)})
+        rows.append(
+            {
+                "second": second,
+                "records": len(p),
+                "produce_p50_ms": round_or_none(percentile(p, 0.5) * 1000, 2),
+                "produce_p99_ms": round_or_none(percentile(p, 0.99) * 1000, 2),
+                "e2e_p50_ms": round_or_none(percentile(e, 0.5) * 1000, 2),
+                "e2e_p99_ms": round_or_none(percentile(e, 0.99) * 1000, 2),
+            }
+        )
     return rows
 
 
@@ -526,8 +753,11 @@ def _by_second(run: ProduceRun, tail: TailConsumer) -> list[Report]:
 
 LAG_METRICS: list[Metric] = [
     ("produced MiB/s", ["produce.mib_per_s"], ",.1f"),
-    ("delivery latency p50 / p99 ms", ["produce.delivery_latency_ms.p50",
-                                       "produce.delivery_latency_ms.p99"], ",.0f"),
+    (
+        "delivery latency p50 / p99 ms",
+        ["produce.delivery_latency_ms.p50", "produce.delivery_latency_ms.p99"],
+        ",.0f",
+    ),
     ("tier1_pending MiB: peak / mean", ["pending_peak_mib", "pending_mean_mib"], ",.1f"),
     ("upload lag p50 / p99 s (/tier)", ["lag_p50_s", "lag_p99_s"], ".2f"),
     ("chunks uploaded / upload errors", ["chunks_uploaded", "upload_errors"], ",.0f"),
@@ -536,8 +766,7 @@ LAG_METRICS: list[Metric] = [
     ("tier 2 MiB at end", ["tier2_mib"], ",.1f"),
     ("gateway peak RSS MiB", ["gateway_peak_rss_mib"], ",.0f"),
     ("gateway CPU s", ["produce_cpu_seconds.gateway"], ".1f"),
-    ("CPU s: client / others", ["produce_cpu_seconds.client", "produce_cpu_seconds.others"],
-     ".1f"),
+    ("CPU s: client / others", ["produce_cpu_seconds.client", "produce_cpu_seconds.others"], ".1f"),
 ]
 CATCHUP_METRICS: list[Metric] = [
     ("read MiB/s", ["read.mib_per_s"], ",.1f"),
@@ -545,8 +774,7 @@ CATCHUP_METRICS: list[Metric] = [
     ("read records/s", ["read.records_per_s"], ",.0f"),
     ("ranged GETs / MiB fetched", ["read_cache_misses", "read_mib_fetched"], ",.0f"),
     ("read: gateway CPU s", ["read.cpu_seconds.gateway"], ".1f"),
-    ("read CPU s: client / others", ["read.cpu_seconds.client", "read.cpu_seconds.others"],
-     ".1f"),
+    ("read CPU s: client / others", ["read.cpu_seconds.client", "read.cpu_seconds.others"], ".1f"),
     ("fill: produced MiB/s", ["produce.mib_per_s"], ",.1f"),
     ("last delivery to all uploaded s", ["upload_wait_seconds"], ".1f"),
     ("upload lag p50 / p99 s (/tier)", ["lag_p50_s", "lag_p99_s"], ".2f"),
@@ -555,11 +783,13 @@ CATCHUP_METRICS: list[Metric] = [
     ("gateway peak RSS MiB", ["gateway_peak_rss_mib"], ",.0f"),
 ]
 TAIL_METRICS: list[Metric] = [
-    ("records/s: sent / delivered", ["produce.sent_records_per_s",
-                                     "produce.records_per_s"], ",.0f"),
+    (
+        "records/s: sent / delivered",
+        ["produce.sent_records_per_s", "produce.records_per_s"],
+        ",.0f",
+    ),
     ("records per ProduceRequest", ["produce.records_per_request"], ",.1f"),
-    ("produce latency p50 / p99 ms", ["produce_latency_ms.p50", "produce_latency_ms.p99"],
-     ",.1f"),
+    ("produce latency p50 / p99 ms", ["produce_latency_ms.p50", "produce_latency_ms.p99"], ",.1f"),
     ("produce latency max ms", ["produce_latency_ms.max"], ",.1f"),
     ("end-to-end latency p50 / p99 ms", ["e2e_latency_ms.p50", "e2e_latency_ms.p99"], ",.1f"),
     ("end-to-end latency max ms", ["e2e_latency_ms.max"], ",.1f"),
@@ -577,19 +807,31 @@ def print_tables(results: list[Report], opts: Options) -> list[Report]:
     """Prints a table per scenario (a column per configuration); returns them for the JSON."""
     out = []
     specs = [
-        ("lag", "chunks", LAG_METRICS,
-         f"1. Upload lag: {opts.lag_rate:,} records/s of {opts.record_size} B for "
-         f"{opts.lag_seconds:g} s, acks=all, linger.ms={opts.lag_linger_ms:g}, "
-         f"{opts.partitions} partitions; chunks default = 8 MiB / 5 s, small = "
-         f"{opts.chunk_label('small')}"),
-        ("catchup", "source", CATCHUP_METRICS,
-         f"2. Catch-up read of {opts.catchup_mib} MiB from offset 0, "
-         f"fetch.queue.backoff.ms=10 (tier2: --local-retain-bytes 0, all trimmed; "
-         f"tier1: --local-retain-bytes {_size_label(opts.retain_large_bytes)})"),
-        ("tail", "chunks", TAIL_METRICS,
-         f"3. Tail: {opts.tail_rate:,} records/s for {opts.tail_seconds:g} s, acks=all, "
-         f"linger.ms={opts.tail_linger_ms:g}, a consumer at the end; records of the first "
-         f"{opts.tail_warmup:g} s left out of the latencies"),
+        (
+            "lag",
+            "chunks",
+            LAG_METRICS,
+            f"1. Upload lag: {opts.lag_rate:,} records/s of {opts.record_size} B for "
+            f"{opts.lag_seconds:g} s, acks=all, linger.ms={opts.lag_linger_ms:g}, "
+            f"{opts.partitions} partitions; chunks default = 8 MiB / 5 s, small = "
+            f"{opts.chunk_label('small')}",
+        ),
+        (
+            "catchup",
+            "source",
+            CATCHUP_METRICS,
+            f"2. Catch-up read of {opts.catchup_mib} MiB from offset 0, "
+            f"fetch.queue.backoff.ms=10 (tier2: --local-retain-bytes 0, all trimmed; "
+            f"tier1: --local-retain-bytes {_size_label(opts.retain_large_bytes)})",
+        ),
+        (
+            "tail",
+            "chunks",
+            TAIL_METRICS,
+            f"3. Tail: {opts.tail_rate:,} records/s for {opts.tail_seconds:g} s, acks=all, "
+            f"linger.ms={opts.tail_linger_ms:g}, a consumer at the end; records of the first "
+            f"{opts.tail_warmup:g} s left out of the latencies",
+        ),
     ]
     for scenario, key, metrics, title in specs:
         groups = grouped(results, scenario, key)
@@ -598,9 +840,11 @@ def print_tables(results: list[Report], opts: Options) -> list[Report]:
         if opts.repeat > 1:
             title += f". Median [range] of {opts.repeat} runs"
         headers = ["", *groups]
-        rows = [[label] + [" / ".join(metric_cell(rs, path, fmt) for path in paths)
-                           for rs in groups.values()]
-                for label, paths, fmt in metrics]
+        rows = [
+            [label]
+            + [" / ".join(metric_cell(rs, path, fmt) for path in paths) for rs in groups.values()]
+            for label, paths, fmt in metrics
+        ]
         print_table(title, headers, rows)
         out.append({"title": title, "headers": headers, "rows": rows})
     return out
@@ -619,8 +863,9 @@ def make_plot(results: list[Report], opts: Options, path: Path) -> Path | None:
     import matplotlib.pyplot as plt
 
     variants = [v for v in opts.chunk_variants if any(r["chunks"] == v for r in lag)]
-    fig, axes = plt.subplots(len(variants), 1, figsize=(10, 3.6 * len(variants)),
-                             squeeze=False, sharex=True)
+    fig, axes = plt.subplots(
+        len(variants), 1, figsize=(10, 3.6 * len(variants)), squeeze=False, sharex=True
+    )
     colours = {"folder": "tab:blue", "s3": "tab:orange"}
     for ax, variant in zip(axes[:, 0], variants, strict=True):
         seen: set[str] = set()
@@ -637,20 +882,29 @@ def make_plot(results: list[Report], opts: Options, path: Path) -> Path | None:
             p50, p99 = (cell(same, "lag_p50_s", ".2f"), cell(same, "lag_p99_s", ".2f"))
             lbl = None if r["backend"] in seen else f"{name}: upload lag p50 {p50} s, p99 {p99} s"
             seen.add(r["backend"])
-            ax.plot(t, pending, color=colours.get(r["backend"]), linewidth=1.2, label=lbl,
-                    alpha=0.9 if opts.repeat == 1 else 0.6)
-            ax.axvline(end - start, color=colours.get(r["backend"]), linestyle=":",
-                       linewidth=0.8)
+            ax.plot(
+                t,
+                pending,
+                color=colours.get(r["backend"]),
+                linewidth=1.2,
+                label=lbl,
+                alpha=0.9 if opts.repeat == 1 else 0.6,
+            )
+            ax.axvline(end - start, color=colours.get(r["backend"]), linestyle=":", linewidth=0.8)
         ax.axvspan(0, opts.lag_seconds, color="0.93", zorder=0)
         ax.set_title(f"chunks {opts.chunk_label(variant)}", fontsize=10)
         ax.set_ylabel("tier1_pending_bytes (MiB)")
         ax.grid(True, alpha=0.3)
         ax.legend(loc="upper right", fontsize=8)
-    axes[-1, 0].set_xlabel("seconds since the first produce (grey: producing; dotted: last "
-                           "delivery)")
-    fig.suptitle(f"Tier-1 bytes not yet in tier 2 while producing {opts.lag_rate:,} records/s "
-                 f"of {opts.record_size} B (acks=all, {opts.partitions} partitions); "
-                 f"/tier sampled every {opts.sample_interval:g} s", fontsize=10)
+    axes[-1, 0].set_xlabel(
+        "seconds since the first produce (grey: producing; dotted: last delivery)"
+    )
+    fig.suptitle(
+        f"Tier-1 bytes not yet in tier 2 while producing {opts.lag_rate:,} records/s "
+        f"of {opts.record_size} B (acks=all, {opts.partitions} partitions); "
+        f"/tier sampled every {opts.sample_interval:g} s",
+        fontsize=10,
+    )
     fig.tight_layout()
     path = path if path.is_absolute() else Path.cwd() / path
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -669,16 +923,28 @@ def run_all(ctx: Context) -> list[Report]:
         for backend in opts.backends:
             if "lag" in opts.scenarios:
                 for variant in opts.chunk_variants:
-                    plan.append((f"lag {backend} {variant}",
-                                 lambda b=backend, v=variant, r=rep: run_lag(ctx, b, v, r)))
+                    plan.append(
+                        (
+                            f"lag {backend} {variant}",
+                            lambda b=backend, v=variant, r=rep: run_lag(ctx, b, v, r),
+                        )
+                    )
             if "catchup" in opts.scenarios:
                 for source in ("tier2", "tier1"):
-                    plan.append((f"catchup {backend} {source}",
-                                 lambda b=backend, s=source, r=rep: run_catchup(ctx, b, s, r)))
+                    plan.append(
+                        (
+                            f"catchup {backend} {source}",
+                            lambda b=backend, s=source, r=rep: run_catchup(ctx, b, s, r),
+                        )
+                    )
             if "tail" in opts.scenarios:
                 for variant in opts.chunk_variants:
-                    plan.append((f"tail {backend} {variant}",
-                                 lambda b=backend, v=variant, r=rep: run_tail(ctx, b, v, r)))
+                    plan.append(
+                        (
+                            f"tail {backend} {variant}",
+                            lambda b=backend, v=variant, r=rep: run_tail(ctx, b, v, r),
+                        )
+                    )
     results = []
     for n, (name, step) in enumerate(plan, 1):
         ctx.display.log(f"[{n}/{len(plan)}] {name}")
@@ -703,8 +969,9 @@ def benchmark(args: argparse.Namespace) -> int:
             s3 = S3Backend(work_root / "moto")
             s3.start()
             ctx.s3 = s3
-            display.log(f"moto S3 server on {s3.endpoint} "
-                        f"(started in {s3.server.startup_seconds:.1f} s)")
+            display.log(
+                f"moto S3 server on {s3.endpoint} (started in {s3.server.startup_seconds:.1f} s)"
+            )
         # Runs the scenarios; a run that fails is reported and the others go on.
         results = run_all(ctx)
     finally:
@@ -725,19 +992,22 @@ def benchmark(args: argparse.Namespace) -> int:
     codes = sorted({json.dumps(r["code"], sort_keys=True) for r in results if "code" in r})
     # A commit of tests or docs alone leaves the code hash as it was: not a problem.
     if len({json.loads(c)["code_sha1"] for c in codes}) > 1:
-        ctx.problems.append(f"the gateway's code changed during the run ({', '.join(codes)}); "
-                            f"see each run's 'code'")
+        ctx.problems.append(
+            f"the gateway's code changed during the run ({', '.join(codes)}); see each run's 'code'"
+        )
     report = {
         "benchmark": "compat/bench_tier2.py",
         "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "wall_seconds": round(time.monotonic() - began, 1),
         "ok": not ctx.problems,
         "problems": ctx.problems,
-        "units": {"MiB": "2**20 bytes of record values (keys and batch overhead not counted), "
-                         "except disk, tier-2 and pending figures, which are bytes as stored",
-                  "lag": "/tier tier2_upload_lag_*: a log file's first entry to its chunk "
-                         "being confirmed in tier 2",
-                  "local_disk": "du (allocated blocks) of DATA/streams"},
+        "units": {
+            "MiB": "2**20 bytes of record values (keys and batch overhead not counted), "
+            "except disk, tier-2 and pending figures, which are bytes as stored",
+            "lag": "/tier tier2_upload_lag_*: a log file's first entry to its chunk "
+            "being confirmed in tier 2",
+            "local_disk": "du (allocated blocks) of DATA/streams",
+        },
         "config": asdict(opts),
         "code_versions": [json.loads(c) for c in codes],
         "environment": environment(),
@@ -754,8 +1024,11 @@ def benchmark(args: argparse.Namespace) -> int:
     print(f"figures written to {write_report(args.output, report)}")
     if plot:
         print(f"plot written to {plot}")
-    print(f"wall time {report['wall_seconds']:.0f} s; result: "
-          f"{'OK' if report['ok'] else 'PROBLEMS (see above)'}", flush=True)
+    print(
+        f"wall time {report['wall_seconds']:.0f} s; result: "
+        f"{'OK' if report['ok'] else 'PROBLEMS (see above)'}",
+        flush=True,
+    )
     return 0 if report["ok"] else 1
 
 

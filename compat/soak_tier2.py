@@ -62,8 +62,7 @@ class Gateway(HarnessGateway):
     """A gateway on a fixed port and data dir (admin API on) that is killed and restarted."""
 
     def __init__(self, data_dir: Path, log_path: Path, args: list[str], env: dict[str, str]):
-        super().__init__(data_dir, log_path, args, default_partitions=None, metrics=True,
-                         env=env)
+        super().__init__(data_dir, log_path, args, default_partitions=None, metrics=True, env=env)
 
     def timed_start(self) -> float:
         """Start and wait until it listens; returns the seconds that took."""
@@ -485,11 +484,19 @@ def run_cycles(
         console.print(f"  {sample}", highlight=False)
     ok = verdict.verified == ledger.acked and not any(failed.values())
     if args.output is not None:
-        summary = {"benchmark": "compat/soak_tier2.py", "ok": ok, "settings": vars(args) | {
-            "output": str(args.output)}, "records_sent": ledger.sent,
-            "records_acked": ledger.acked, "records_verified": verdict.verified,
-            "failed": failed, "torn_tails": torn, "chunks_uploaded_seen": chunks_total,
-            "tier2_objects": len(objects), "wall_seconds": round(time.monotonic() - began, 1)}
+        summary = {
+            "benchmark": "compat/soak_tier2.py",
+            "ok": ok,
+            "settings": vars(args) | {"output": str(args.output)},
+            "records_sent": ledger.sent,
+            "records_acked": ledger.acked,
+            "records_verified": verdict.verified,
+            "failed": failed,
+            "torn_tails": torn,
+            "chunks_uploaded_seen": chunks_total,
+            "tier2_objects": len(objects),
+            "wall_seconds": round(time.monotonic() - began, 1),
+        }
         console.print(f"summary written to {write_report(args.output, summary)}")
     console.print("[green]PASSED" if ok else "[red]FAILED")
     return 0 if ok else 1

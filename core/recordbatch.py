@@ -525,9 +525,7 @@ def build_batch(
         _write_varint(body, len(rec))
         body += rec
 
-    payload = (
-        bytes(body) if compression == COMPRESSION_NONE else compress(compression, bytes(body))
-    )
+    payload = bytes(body) if compression == COMPRESSION_NONE else compress(compression, bytes(body))
     attributes = compression
     if timestamp_type == TIMESTAMP_LOG_APPEND_TIME:
         attributes |= _TIMESTAMP_TYPE_BIT

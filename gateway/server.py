@@ -191,8 +191,7 @@ class Gateway:
         CLIENT_HOST.set(host)
         if not self.connections.acquire(host):
             _client_faults.warning(
-                "%s: refused: %d connections from this address already "
-                "(--max-connections-per-ip)",
+                "%s: refused: %d connections from this address already (--max-connections-per-ip)",
                 peer,
                 self.connections.per_ip,
             )

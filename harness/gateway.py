@@ -64,8 +64,16 @@ class Gateway(ManagedProcess):
         return f"http://127.0.0.1:{self.metrics_port}"
 
     def command(self) -> list[str]:
-        cmd = [self.python, "-m", "gateway", "serve", "--listen", self.bootstrap,
-               "--data-dir", str(self.data_dir)]
+        cmd = [
+            self.python,
+            "-m",
+            "gateway",
+            "serve",
+            "--listen",
+            self.bootstrap,
+            "--data-dir",
+            str(self.data_dir),
+        ]
         if self.default_partitions is not None:
             cmd += ["--default-partitions", str(self.default_partitions)]
         if self.metrics_port is not None:

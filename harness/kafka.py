@@ -78,17 +78,30 @@ def tool_env(heap: str = "-Xmx512M") -> dict[str, str]:
     return env
 
 
-def run_tool(tool: str, args: Sequence[str], *, timeout: float = 120.0, input: str | None = None,
-             env: Mapping[str, str] | None = None, check: bool = False
-             ) -> subprocess.CompletedProcess[str]:
+def run_tool(
+    tool: str,
+    args: Sequence[str],
+    *,
+    timeout: float = 120.0,
+    input: str | None = None,
+    env: Mapping[str, str] | None = None,
+    check: bool = False,
+) -> subprocess.CompletedProcess[str]:
     """Run `bin/<tool>` (e.g. "kafka-topics.sh") of the Kafka distribution."""
     home, why = kafka_home()
     if home is None:
         raise KafkaError(why)
     merged = tool_env()
     merged.update(env or {})
-    return subprocess.run([str(home / "bin" / tool), *args], capture_output=True, text=True,
-                          timeout=timeout, input=input, env=merged, check=check)
+    return subprocess.run(
+        [str(home / "bin" / tool), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        input=input,
+        env=merged,
+        check=check,
+    )
 
 
 class KafkaBroker(ManagedProcess):
@@ -100,8 +113,9 @@ class KafkaBroker(ManagedProcess):
 
     name = "kafka"
 
-    def __init__(self, work_dir: Path, overrides: Mapping[str, str] | None = None,
-                 heap: str = "-Xmx1G") -> None:
+    def __init__(
+        self, work_dir: Path, overrides: Mapping[str, str] | None = None, heap: str = "-Xmx1G"
+    ) -> None:
         home, why = kafka_home()
         if home is None:
             raise KafkaError(why)
@@ -124,8 +138,9 @@ class KafkaBroker(ManagedProcess):
             "process.roles": "broker,controller",
             "node.id": "1",
             "controller.quorum.voters": f"1@127.0.0.1:{self.controller_port}",
-            "listeners": (f"PLAINTEXT://127.0.0.1:{self.port},"
-                          f"CONTROLLER://127.0.0.1:{self.controller_port}"),
+            "listeners": (
+                f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}"
+            ),
             "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
             "controller.listener.names": "CONTROLLER",
@@ -156,15 +171,26 @@ class KafkaBroker(ManagedProcess):
     def _format(self) -> None:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(
-            "".join(f"{key}={value}\n" for key, value in self.properties().items()))
+            "".join(f"{key}={value}\n" for key, value in self.properties().items())
+        )
         # a Kafka cluster id is a UUID in unpadded base64url
         cid = "-"
         while cid.startswith("-"):  # a leading "-" would read as an option to the tool
             cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         out = subprocess.run(
-            [str(self.home / "bin" / "kafka-storage.sh"), "format", "-t", cid, "-c",
-             str(self.config_path)],
-            capture_output=True, text=True, timeout=120, env=self.env())
+            [
+                str(self.home / "bin" / "kafka-storage.sh"),
+                "format",
+                "-t",
+                cid,
+                "-c",
+                str(self.config_path),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=self.env(),
+        )
         if out.returncode != 0:
             raise KafkaError(f"kafka-storage.sh format failed: {out.stdout}{out.stderr}")
         self._formatted = True

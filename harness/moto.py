@@ -81,8 +81,9 @@ class MotoServer(ManagedProcess):
     def ready(self) -> bool:
         return http_answers(self.endpoint + "/moto-api/")
 
-    def start(self, timeout: float = MOTO_START_TIMEOUT,
-              ready: Callable[[], bool] | None = None) -> None:
+    def start(
+        self, timeout: float = MOTO_START_TIMEOUT, ready: Callable[[], bool] | None = None
+    ) -> None:
         """Start on a free port; retried on another port if that one was taken meanwhile."""
         last_error = ""
         for _attempt in range(3):

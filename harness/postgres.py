@@ -44,8 +44,10 @@ def postgres_bin() -> tuple[Path | None, str]:
         if (path / "initdb").is_file():
             return path, ""
         return None, f"POSTGRES_BIN={env} has no initdb"
-    majors = sorted((p for p in POSTGRES_ROOT.glob("*") if (p / "bin" / "initdb").is_file()),
-                    key=lambda p: int(p.name) if p.name.isdigit() else 0)
+    majors = sorted(
+        (p for p in POSTGRES_ROOT.glob("*") if (p / "bin" / "initdb").is_file()),
+        key=lambda p: int(p.name) if p.name.isdigit() else 0,
+    )
     if majors:
         return majors[-1] / "bin", ""
     return None, "no PostgreSQL: apt-get install -y postgresql (or set POSTGRES_BIN)"
@@ -81,21 +83,24 @@ class PostgresServer(ManagedProcess):
         self.work_dir = Path(work_dir)
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self._own_dir = os.geteuid() == 0
-        self.server_dir = (Path(tempfile.mkdtemp(prefix="streamgate-pg-")) if self._own_dir
-                           else self.work_dir)
+        self.server_dir = (
+            Path(tempfile.mkdtemp(prefix="streamgate-pg-")) if self._own_dir else self.work_dir
+        )
         self.data_dir = self.server_dir / "data"
         self.socket_dir = self.server_dir / "socket"
         super().__init__(self.work_dir / "postgres.log", cwd=self.server_dir)
         self.port = free_port()
         # fsync stays on: tests that use this want the durability they would get in production
-        self.settings = {"listen_addresses": "127.0.0.1", "max_connections": "50",
-                         **(settings or {})}
+        self.settings = {
+            "listen_addresses": "127.0.0.1",
+            "max_connections": "50",
+            **(settings or {}),
+        }
         self._initialised = False
 
     @property
     def dsn(self) -> str:
-        return (f"host=127.0.0.1 port={self.port} user={DB_USER} dbname={DB_NAME} "
-                "connect_timeout=10")
+        return f"host=127.0.0.1 port={self.port} user={DB_USER} dbname={DB_NAME} connect_timeout=10"
 
     @property
     def url(self) -> str:
@@ -116,27 +121,50 @@ class PostgresServer(ManagedProcess):
         self.socket_dir.mkdir(exist_ok=True)
         self._chown()
         out = subprocess.run(
-            [str(self.bin_dir / "initdb"), "-D", str(self.data_dir), "-U", DB_USER,
-             "--auth=trust", "--encoding=UTF8", "--locale=C.UTF-8", "--no-instructions"],
-            capture_output=True, text=True, timeout=120, cwd=self.server_dir,
-            **self.popen_options())
+            [
+                str(self.bin_dir / "initdb"),
+                "-D",
+                str(self.data_dir),
+                "-U",
+                DB_USER,
+                "--auth=trust",
+                "--encoding=UTF8",
+                "--locale=C.UTF-8",
+                "--no-instructions",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=self.server_dir,
+            **self.popen_options(),
+        )
         if out.returncode != 0:
             raise PostgresError(f"initdb failed ({out.returncode}): {out.stdout}{out.stderr}")
         self._initialised = True
 
     def command(self) -> list[str]:
-        argv = [str(self.bin_dir / "postgres"), "-D", str(self.data_dir),
-                "-p", str(self.port), "-k", str(self.socket_dir)]
+        argv = [
+            str(self.bin_dir / "postgres"),
+            "-D",
+            str(self.data_dir),
+            "-p",
+            str(self.port),
+            "-k",
+            str(self.socket_dir),
+        ]
         for key, value in self.settings.items():
             argv += ["-c", f"{key}={value}"]
         return argv
 
     def ready(self) -> bool:
-        return (port_accepts(self.port)
-                and b"database system is ready to accept connections" in self.log_since_start())
+        return (
+            port_accepts(self.port)
+            and b"database system is ready to accept connections" in self.log_since_start()
+        )
 
-    def start(self, timeout: float = START_TIMEOUT,
-              ready: Callable[[], bool] | None = None) -> None:
+    def start(
+        self, timeout: float = START_TIMEOUT, ready: Callable[[], bool] | None = None
+    ) -> None:
         if not self._initialised:
             self._initdb()
         try:
@@ -145,16 +173,44 @@ class PostgresServer(ManagedProcess):
             raise PostgresError(str(exc)) from None
         # createdb: the superuser's own database, so `dsn` works without further set-up
         out = subprocess.run(
-            [str(self.bin_dir / "psql"), "-h", "127.0.0.1", "-p", str(self.port), "-U", DB_USER,
-             "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-qAtc",
-             f"SELECT 1 FROM pg_database WHERE datname = '{DB_NAME}'"],
-            capture_output=True, text=True, timeout=60)
+            [
+                str(self.bin_dir / "psql"),
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+                "-U",
+                DB_USER,
+                "-d",
+                "postgres",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-qAtc",
+                f"SELECT 1 FROM pg_database WHERE datname = '{DB_NAME}'",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         if out.returncode != 0:
             raise PostgresError(f"psql failed: {out.stderr}")
         if out.stdout.strip() != "1":
-            subprocess.run([str(self.bin_dir / "createdb"), "-h", "127.0.0.1", "-p",
-                            str(self.port), "-U", DB_USER, DB_NAME],
-                           capture_output=True, text=True, timeout=60, check=True)
+            subprocess.run(
+                [
+                    str(self.bin_dir / "createdb"),
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    str(self.port),
+                    "-U",
+                    DB_USER,
+                    DB_NAME,
+                ],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=True,
+            )
 
     def close(self) -> None:
         """Stop if running and remove the cluster's own temp folder; never raises."""

@@ -32,7 +32,7 @@ def proc_cpu_seconds(pid: int) -> float | None:
     except OSError:
         return None
     # fields after the parenthesised command name; utime and stime are fields 14 and 15
-    fields = stat[stat.rindex(")") + 2:].split()
+    fields = stat[stat.rindex(")") + 2 :].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
@@ -69,8 +69,11 @@ class CpuUsage:
         return max(0.0, self.machine - self.client - (self.server or 0.0))
 
     def to_json(self, server_name: str = "gateway") -> dict[str, Any]:
-        return {server_name: _round(self.server, 2), "client": round(self.client, 2),
-                "others": _round(self.others(), 2)}
+        return {
+            server_name: _round(self.server, 2),
+            "client": round(self.client, 2),
+            "others": _round(self.others(), 2),
+        }
 
 
 class CpuMeter:
@@ -86,5 +89,6 @@ class CpuMeter:
 
     def read(self) -> CpuUsage:
         client, server, machine = self._sample()
-        return CpuUsage(client - self.start[0], _delta(server, self.start[1]),
-                        _delta(machine, self.start[2]))
+        return CpuUsage(
+            client - self.start[0], _delta(server, self.start[1]), _delta(machine, self.start[2])
+        )

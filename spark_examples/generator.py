@@ -154,8 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     group.add_argument("--duration", type=float, help="seconds of readings (at --rate)")
     group.add_argument("--count", type=int, help="number of readings")
     ap.add_argument("--start-ms", type=int, help="event time of the first round (default now)")
-    ap.add_argument("--event-interval-ms", type=int,
-                    help="event time per round (default: real time at --rate)")
+    ap.add_argument(
+        "--event-interval-ms", type=int, help="event time per round (default: real time at --rate)"
+    )
     ap.add_argument("--seed", type=int, default=12)
     ap.add_argument(
         "--end-marker",

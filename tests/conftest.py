@@ -30,7 +30,6 @@ __all__ = ["Gateway", "GatewayError"]
 pytest_plugins = ["s3fixtures", "spark_fixtures"]
 
 
-
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "gateway_args(*args): extra command line arguments for the gateway fixture"

@@ -464,10 +464,12 @@ class GroupRun:
         partitions = create_topic(bootstrap, topic, partition_count)
         return cls(bootstrap, topic, f"group-{topic}", partition_count, partitions)
 
-    def members(self, kinds: list[str], strategy: str = "range", prefix: str = "m",
-                group: str | None = None) -> list[Member]:
-        made = make_members(kinds, self.bootstrap, group or self.group, [self.topic], self.sink,
-                            strategy, prefix)
+    def members(
+        self, kinds: list[str], strategy: str = "range", prefix: str = "m", group: str | None = None
+    ) -> list[Member]:
+        made = make_members(
+            kinds, self.bootstrap, group or self.group, [self.topic], self.sink, strategy, prefix
+        )
         self.made.extend(made)
         return made
 
@@ -482,12 +484,18 @@ class GroupRun:
             member.start()
         wait_for_cover(members if cover is None else cover, self.partitions)
 
-    def produce_round(self, prefix: str, committed: int | None = None,
-                      per_partition: int = ROUND_PER_PARTITION) -> set[bytes]:
+    def produce_round(
+        self, prefix: str, committed: int | None = None, per_partition: int = ROUND_PER_PARTITION
+    ) -> set[bytes]:
         """`per_partition` records a partition; wait until they are consumed and, when given,
         until the group has committed `committed` records a partition."""
-        values = produce(self.bootstrap, self.topic, self.partition_count, prefix,
-                         self.partition_count * per_partition)
+        values = produce(
+            self.bootstrap,
+            self.topic,
+            self.partition_count,
+            prefix,
+            self.partition_count * per_partition,
+        )
         wait_consumed(self.sink, values)
         if committed is not None:
             wait_committed(self.bootstrap, self.group, end_offsets(self.partitions, committed))

@@ -192,6 +192,7 @@ def open_socket(bootstrap: str, timeout: float = 10.0) -> socket.socket:
 
 def _tcp_queues(local: tuple[str, int], remote: tuple[str, int]) -> tuple[int, int] | None:
     """(send queue, receive queue) of a loopback IPv4 socket, from /proc/net/tcp."""
+
     def hexaddr(addr: tuple[str, int]) -> str:
         return f"{socket.inet_aton(addr[0])[::-1].hex().upper()}:{addr[1]:04X}"
 

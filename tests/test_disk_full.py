@@ -32,9 +32,16 @@ def _produce(bootstrap: str, topic: str, count: int) -> tuple[dict[int, int], li
         else:
             errors.append(err.code())
 
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "retries": 0,
-                         "enable.idempotence": False, "linger.ms": 5,
-                         "message.timeout.ms": 20000})
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "retries": 0,
+            "enable.idempotence": False,
+            "linger.ms": 5,
+            "message.timeout.ms": 20000,
+        }
+    )
     for i in range(count):
         producer.produce(topic, key=str(i), value=VALUE, partition=0, on_delivery=on_delivery)
         producer.poll(0)
@@ -43,8 +50,9 @@ def _produce(bootstrap: str, topic: str, count: int) -> tuple[dict[int, int], li
 
 
 def _read_all(bootstrap: str, topic: str) -> dict[int, int]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "disk-full",
-                         "enable.auto.commit": False})
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "disk-full", "enable.auto.commit": False}
+    )
     _low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
     consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
     stored: dict[int, int] = {}
@@ -59,8 +67,9 @@ def _read_all(bootstrap: str, topic: str) -> dict[int, int]:
 
 
 def test_disk_full_fails_cleanly_and_loses_nothing(tmp_path) -> None:
-    limited = SizeLimitedGateway(tmp_path / "data", tmp_path / "server.log",
-                                 ("--default-partitions", "1"))
+    limited = SizeLimitedGateway(
+        tmp_path / "data", tmp_path / "server.log", ("--default-partitions", "1")
+    )
     limited.start()
     try:
         acked, errors = _produce(limited.bootstrap, "full", 5000)

@@ -39,9 +39,7 @@ def test_static_member_restart_keeps_partitions_without_rebalance(shared_gateway
     assert before.group_state == "Stable"
     callbacks = [(m.stats.assigned_calls, m.stats.revoked_calls) for m in others]
     static_partitions = static.assignment
-    old_member_id = next(
-        m.member_id for m in before.members if m.group_instance_id == "instance-1"
-    )
+    old_member_id = next(m.member_id for m in before.members if m.group_instance_id == "instance-1")
 
     static.stop()  # a static member does not send LeaveGroup: the group stays as it is
     restarted.start()

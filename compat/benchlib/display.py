@@ -42,9 +42,13 @@ class Display:
             )
 
             self._progress = Progress(
-                TextColumn("{task.description:<30}"), BarColumn(bar_width=30),
-                TaskProgressColumn(), TextColumn("{task.fields[status]}"),
-                TimeElapsedColumn(), console=Console(stderr=True))
+                TextColumn("{task.description:<30}"),
+                BarColumn(bar_width=30),
+                TaskProgressColumn(),
+                TextColumn("{task.fields[status]}"),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+            )
             self._progress.start()
 
     def log(self, text: str) -> None:
@@ -74,8 +78,11 @@ class Display:
                 self._progress.update(task, completed=done, status=status)
             else:
                 count = f"{done:,.0f}/{total:,.0f} " if total else ""
-                print(f"[{label}] {count}{status} ({time.monotonic() - started:.1f} s)",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"[{label}] {count}{status} ({time.monotonic() - started:.1f} s)",
+                    file=sys.stderr,
+                    flush=True,
+                )
 
         def watch() -> None:
             while not stop.wait(0.25 if task is not None else 1.0):
@@ -100,7 +107,6 @@ class Display:
             self._progress = None
 
 
-
 def print_table(title: str, headers: list[str], rows: list[list[str]]) -> None:
     """The first column left-aligned, the others right-aligned."""
     if HAVE_RICH:
@@ -108,8 +114,7 @@ def print_table(title: str, headers: list[str], rows: list[list[str]]) -> None:
         from rich.markup import escape
         from rich.table import Table
 
-        table = Table(*map(escape, headers), title=escape(title) or None,
-                      title_justify="left")
+        table = Table(*map(escape, headers), title=escape(title) or None, title_justify="left")
         for column in table.columns[1:]:
             column.justify = "right"
         for row in rows:
@@ -121,10 +126,13 @@ def print_table(title: str, headers: list[str], rows: list[list[str]]) -> None:
         print(title)
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
     for line in [headers, *rows]:
-        print("  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
-                        for i, (cell, w) in enumerate(zip(line, widths, strict=True))))
+        print(
+            "  ".join(
+                cell.ljust(w) if i == 0 else cell.rjust(w)
+                for i, (cell, w) in enumerate(zip(line, widths, strict=True))
+            )
+        )
     print()
-
 
 
 def rate_poll(done: Callable[[], int], unit: str = "rec/s") -> Poll:

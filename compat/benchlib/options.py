@@ -26,7 +26,8 @@ def choices(allowed: tuple[str, ...]) -> Callable[[str], list[str]]:
         bad = [v for v in picked if v not in allowed]
         if bad or not picked:
             raise argparse.ArgumentTypeError(
-                f"expected a comma-separated subset of {','.join(allowed)}, got {value!r}")
+                f"expected a comma-separated subset of {','.join(allowed)}, got {value!r}"
+            )
         return picked
 
     return parse
@@ -38,6 +39,7 @@ def key_value(value: str) -> tuple[str, str]:
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {value!r}")
     return key, val
 
+
 def boolean(value: str) -> bool:
     lowered = value.lower()
     if lowered in ("1", "true", "yes", "on"):
@@ -45,4 +47,3 @@ def boolean(value: str) -> bool:
     if lowered in ("0", "false", "no", "off"):
         return False
     raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
-

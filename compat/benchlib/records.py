@@ -97,8 +97,10 @@ class DeliveryTracker(ErrorLog):
         key, partition, offset = msg.key(), msg.partition(), msg.offset()
         if key is None or partition is None or offset is None:
             self.failed += 1
-            self.add("incomplete_report", f"delivery report without key/partition/offset: "
-                                          f"{key!r} {partition} {offset}")
+            self.add(
+                "incomplete_report",
+                f"delivery report without key/partition/offset: {key!r} {partition} {offset}",
+            )
             return
         self.delivered += 1
         self.latencies.append(now - self.sent_at[int(key)])
@@ -131,8 +133,10 @@ def dense_offset_problems(offsets: list[list[int]]) -> list[str]:
     problems = []
     for partition, got in enumerate(offsets):
         if sorted(got) != list(range(len(got))):
-            problems.append(f"partition {partition}: {len(got)} deliveries, offsets "
-                            f"{min(got, default=None)}..{max(got, default=None)} not dense")
+            problems.append(
+                f"partition {partition}: {len(got)} deliveries, offsets "
+                f"{min(got, default=None)}..{max(got, default=None)} not dense"
+            )
     return problems
 
 
@@ -158,8 +162,11 @@ class ConsumeVerifier(ErrorLog):
             self.add("no_position", f"record without partition/offset: {partition} {offset}")
             return
         if offset != self.next_offset[partition]:
-            self.add("offset_gap", f"partition {partition}: expected offset "
-                                   f"{self.next_offset[partition]}, got {offset}")
+            self.add(
+                "offset_gap",
+                f"partition {partition}: expected offset "
+                f"{self.next_offset[partition]}, got {offset}",
+            )
         self.next_offset[partition] = offset + 1
         self._check_record(msg.key(), msg.value())
 
@@ -175,8 +182,10 @@ class ConsumeVerifier(ErrorLog):
         else:
             self.seen[index] = 1
         if index >= 0 and value != self.payloads[index % len(self.payloads)]:
-            self.add("wrong_value", f"record {index}: value differs from what was produced "
-                                    f"({len(value or b'')} bytes)")
+            self.add(
+                "wrong_value",
+                f"record {index}: value differs from what was produced ({len(value or b'')} bytes)",
+            )
 
     def complete(self, expected: list[int]) -> bool:
         return all(got >= want for got, want in zip(self.next_offset, expected, strict=True))
@@ -186,8 +195,9 @@ class ConsumeVerifier(ErrorLog):
         return max(0, delivered - self.seen.count(1))
 
 
-def consume_all(consumer: Consumer, verifier: ConsumeVerifier, expected: list[int],
-                stall_timeout: float) -> bool:
+def consume_all(
+    consumer: Consumer, verifier: ConsumeVerifier, expected: list[int], stall_timeout: float
+) -> bool:
     """Reads until every partition reached its expected end; False if it stalled."""
     total = sum(expected)
     last_move = time.monotonic()
@@ -205,11 +215,12 @@ def consume_all(consumer: Consumer, verifier: ConsumeVerifier, expected: list[in
     return True
 
 
-
 def latency_ms(sorted_seconds: list[float], digits: int = 2) -> Report:
     """p50, p90, p99 and max in milliseconds of sorted latencies in seconds."""
-    return {name: round_or_none(percentile(sorted_seconds, q) * 1000, digits)
-            for name, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("max", 1.0))}
+    return {
+        name: round_or_none(percentile(sorted_seconds, q) * 1000, digits)
+        for name, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("max", 1.0))
+    }
 
 
 class IndexedTracker(DeliveryTracker):
@@ -230,4 +241,3 @@ class IndexedTracker(DeliveryTracker):
         super().__call__(err, msg)
         if err is None:
             self.indices.append(int(msg.key()))
-

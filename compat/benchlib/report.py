@@ -22,7 +22,8 @@ LOG_LEVELS = ("WARNING", "ERROR", "CRITICAL", "Traceback")
 Report = dict[str, Any]
 
 _NUMBER_LIST = re.compile(
-    r"\[\s*((?:-?[0-9][0-9.eE+-]*|null)(?:,\s*(?:-?[0-9][0-9.eE+-]*|null))*)\s*\]")
+    r"\[\s*((?:-?[0-9][0-9.eE+-]*|null)(?:,\s*(?:-?[0-9][0-9.eE+-]*|null))*)\s*\]"
+)
 
 
 def _version_string(version: str | tuple[str, int]) -> str:
@@ -73,8 +74,9 @@ def write_report(path: Path, report: Report) -> Path:
     stays on one line. Returns the absolute path."""
     body = {"provenance": provenance(), **report}
     text = json.dumps(body, indent=2)
-    text = _NUMBER_LIST.sub(lambda m: "[" + ", ".join(
-        x.strip() for x in m.group(1).split(",")) + "]", text)
+    text = _NUMBER_LIST.sub(
+        lambda m: "[" + ", ".join(x.strip() for x in m.group(1).split(",")) + "]", text
+    )
     path = path if path.is_absolute() else Path.cwd() / path
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")

@@ -52,8 +52,14 @@ class ProduceRun:
         self.sent_at = array("d", bytes(8 * self.capacity))
         self.tracker = IndexedTracker(self.sent_at, self.partitions)
 
-    def run(self, producer: Producer, rate: float | None, count: int | None,
-            duration: float | None, stall_timeout: float) -> None:
+    def run(
+        self,
+        producer: Producer,
+        rate: float | None,
+        count: int | None,
+        duration: float | None,
+        stall_timeout: float,
+    ) -> None:
         """Produce until count records or duration seconds (whichever is given first)."""
         limit = min(count or self.capacity, self.capacity)
         topic, partitions, pool = self.topic, self.partitions, len(self.payloads)
@@ -68,17 +74,26 @@ class ProduceRun:
             while i < due:
                 now = sent_at[i] = time.perf_counter()
                 try:
-                    producer.produce(topic, value=self.payloads[i % pool], key=KEY_FORMAT % i,
-                                     partition=i % partitions, on_delivery=tracker)
+                    producer.produce(
+                        topic,
+                        value=self.payloads[i % pool],
+                        key=KEY_FORMAT % i,
+                        partition=i % partitions,
+                        on_delivery=tracker,
+                    )
                 except BufferError:  # local queue full: serve delivery reports, then retry
                     blocked = now
                     while True:
                         producer.poll(0.005)
                         try:
                             sent_at[i] = time.perf_counter()
-                            producer.produce(topic, value=self.payloads[i % pool],
-                                             key=KEY_FORMAT % i, partition=i % partitions,
-                                             on_delivery=tracker)
+                            producer.produce(
+                                topic,
+                                value=self.payloads[i % pool],
+                                key=KEY_FORMAT % i,
+                                partition=i % partitions,
+                                on_delivery=tracker,
+                            )
                             break
                         except BufferError:
                             if time.perf_counter() - blocked > stall_timeout:
@@ -128,19 +143,28 @@ class ProduceRun:
             "records_per_s": round(t.delivered / seconds, 1) if seconds else 0.0,
             # produce() calls per second, first to last (the delivered rate above runs to
             # the last delivery, so a backlog lowers it)
-            "sent_records_per_s": (round(self.sent / (self.finished_sending - self.started), 1)
-                                   if self.finished_sending > self.started else None),
+            "sent_records_per_s": (
+                round(self.sent / (self.finished_sending - self.started), 1)
+                if self.finished_sending > self.started
+                else None
+            ),
             "delivery_latency_ms": latency_ms(lat),
             "produce_requests": t.produce_requests,
-            "records_per_request": (round(t.delivered / t.produce_requests, 1)
-                                    if t.produce_requests else None),
+            "records_per_request": (
+                round(t.delivered / t.produce_requests, 1) if t.produce_requests else None
+            ),
         }
 
 
 def producer_config(bootstrap: str, linger_ms: float, tracker: IndexedTracker) -> Report:
-    return {"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": linger_ms,
-            "error_cb": tracker.on_client_error,
-            "statistics.interval.ms": 500, "stats_cb": tracker.on_stats}
+    return {
+        "bootstrap.servers": bootstrap,
+        "acks": "all",
+        "linger.ms": linger_ms,
+        "error_cb": tracker.on_client_error,
+        "statistics.interval.ms": 500,
+        "stats_cb": tracker.on_stats,
+    }
 
 
 def consumer_config(bootstrap: str, extra: dict[str, str], errors: ErrorLog) -> Report:
@@ -158,9 +182,16 @@ def consumer_config(bootstrap: str, extra: dict[str, str], errors: ErrorLog) -> 
     return conf
 
 
-def read_all(bootstrap: str, topic: str, expected: list[int], payloads: list[bytes],
-             extra: dict[str, str], stall_timeout: float,
-             display: Display, label: str) -> tuple[Report, ConsumeVerifier]:
+def read_all(
+    bootstrap: str,
+    topic: str,
+    expected: list[int],
+    payloads: list[bytes],
+    extra: dict[str, str],
+    stall_timeout: float,
+    display: Display,
+    label: str,
+) -> tuple[Report, ConsumeVerifier]:
     """Read every partition from offset 0 to its expected end; figures and the check."""
     total = sum(expected)
     check = ConsumeVerifier(total, len(expected), payloads)
@@ -186,9 +217,14 @@ def read_all(bootstrap: str, topic: str, expected: list[int], payloads: list[byt
     mib = check.consumed * len(payloads[0]) / MIB
     missing = total - check.seen.count(1)
     result = {
-        "records": check.consumed, "mib": round(mib, 2), "seconds": round(seconds, 3),
-        "mib_per_s": round(mib / seconds, 2), "records_per_s": round(check.consumed / seconds, 1),
-        "completed": completed, "missing": missing, "anomalies": check.to_json(),
+        "records": check.consumed,
+        "mib": round(mib, 2),
+        "seconds": round(seconds, 3),
+        "mib_per_s": round(mib / seconds, 2),
+        "records_per_s": round(check.consumed / seconds, 1),
+        "completed": completed,
+        "missing": missing,
+        "anomalies": check.to_json(),
         "ok": completed and missing == 0 and check.total() == 0,
     }
     return result, check
@@ -197,8 +233,9 @@ def read_all(bootstrap: str, topic: str, expected: list[int], payloads: list[byt
 class TailConsumer:
     """A consumer thread reading a fresh topic from 0; end-to-end latency per record."""
 
-    def __init__(self, bootstrap: str, topic: str, partitions: int, sent_at: array,
-                 extra: dict[str, str]) -> None:
+    def __init__(
+        self, bootstrap: str, topic: str, partitions: int, sent_at: array, extra: dict[str, str]
+    ) -> None:
         self.errors = ErrorLog()
         self.consumer = Consumer(consumer_config(bootstrap, extra, self.errors))
         self.topic = topic
@@ -249,4 +286,3 @@ class TailConsumer:
         self.stop.set()
         self.thread.join()
         self.consumer.close()
-

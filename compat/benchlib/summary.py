@@ -13,8 +13,9 @@ Report = dict[str, Any]
 
 
 def median_range(values: list[float | None]) -> tuple[float, float, float] | None:
-    nums = [float(v) for v in values if v is not None and not
-            (isinstance(v, float) and math.isnan(v))]
+    nums = [
+        float(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))
+    ]
     if not nums:
         return None
     return statistics.median(nums), min(nums), max(nums)
@@ -30,7 +31,7 @@ def get_path(result: Report, path: str) -> Any:
 
 
 def cell(results: list[Report], path: str, fmt: str) -> str:
-    """"median [min–max]" of a figure over runs ("-" when no run has it)."""
+    """ "median [min–max]" of a figure over runs ("-" when no run has it)."""
     agg = median_range([get_path(r, path) for r in results])
     if agg is None:
         return "-"
@@ -58,4 +59,3 @@ def grouped(results: list[Report], scenario: str, key: str) -> dict[str, list[Re
         if r["scenario"] == scenario:
             groups.setdefault(f"{r['backend']} {r[key]}", []).append(r)
     return groups
-

@@ -59,8 +59,12 @@ class S3Backend:
         import boto3
 
         self._client = boto3.session.Session().client(
-            "s3", endpoint_url=self.server.endpoint, region_name="us-east-1",
-            aws_access_key_id="testing", aws_secret_access_key="testing")
+            "s3",
+            endpoint_url=self.server.endpoint,
+            region_name="us-east-1",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
 
     def env(self) -> dict[str, str]:
         return self.server.env()
@@ -88,7 +92,8 @@ class S3Backend:
         for i in range(0, len(keys), 1000):
             self._client.delete_objects(
                 Bucket=S3_BUCKET,
-                Delete={"Objects": [{"Key": k} for k in keys[i:i + 1000]], "Quiet": True})
+                Delete={"Objects": [{"Key": k} for k in keys[i : i + 1000]], "Quiet": True},
+            )
 
     def peak_rss_kib(self) -> int | None:
         return self.server.peak_rss_kib()
@@ -101,8 +106,14 @@ class TierGateway(Gateway):
     """A gateway in `work_root/name` with the admin API on and tier 2 in its data dir
     (`folder`) or under a prefix of its own in the S3 bucket (`s3`)."""
 
-    def __init__(self, work_root: Path, name: str, backend: str, s3: S3Backend | None,
-                 extra_args: Sequence[str]) -> None:
+    def __init__(
+        self,
+        work_root: Path,
+        name: str,
+        backend: str,
+        s3: S3Backend | None,
+        extra_args: Sequence[str],
+    ) -> None:
         self.work_dir = work_root / name
         self.work_dir.mkdir(parents=True)
         self.backend = backend
@@ -110,11 +121,21 @@ class TierGateway(Gateway):
         self.s3_prefix = f"{name}-{uuid.uuid4().hex[:8]}"
         args = list(extra_args)
         if self.s3 is not None:
-            args = ["--tier2", f"s3://{S3_BUCKET}/{self.s3_prefix}",
-                    "--s3-endpoint", self.s3.endpoint, *args]
-        super().__init__(self.work_dir / "data", self.work_dir / "gateway.log", args,
-                         default_partitions=None, metrics=True,
-                         env=self.s3.env() if self.s3 is not None else None)
+            args = [
+                "--tier2",
+                f"s3://{S3_BUCKET}/{self.s3_prefix}",
+                "--s3-endpoint",
+                self.s3.endpoint,
+                *args,
+            ]
+        super().__init__(
+            self.work_dir / "data",
+            self.work_dir / "gateway.log",
+            args,
+            default_partitions=None,
+            metrics=True,
+            env=self.s3.env() if self.s3 is not None else None,
+        )
 
     def ready(self) -> bool:
         if not super().ready():
@@ -161,16 +182,32 @@ class TierGateway(Gateway):
             shutil.rmtree(self.work_dir, ignore_errors=True)
 
 
-SAMPLE_FIELDS = ("t", "tier1_pending_bytes", "tier1_retained_bytes", "chunks_uploaded",
-                 "bytes_uploaded", "upload_errors", "local_disk_bytes")
+SAMPLE_FIELDS = (
+    "t",
+    "tier1_pending_bytes",
+    "tier1_retained_bytes",
+    "chunks_uploaded",
+    "bytes_uploaded",
+    "upload_errors",
+    "local_disk_bytes",
+)
 
 
 class TierSampler:
     """Samples /tier (and du of DATA/streams) every interval in a thread."""
 
-    FIELDS = ("tier1_pending_bytes", "tier1_retained_bytes", "chunks_uploaded",
-              "bytes_uploaded", "upload_errors", "cache_hits", "cache_misses", "bytes_fetched",
-              "tier2_upload_lag_p50_seconds", "tier2_upload_lag_p99_seconds")
+    FIELDS = (
+        "tier1_pending_bytes",
+        "tier1_retained_bytes",
+        "chunks_uploaded",
+        "bytes_uploaded",
+        "upload_errors",
+        "cache_hits",
+        "cache_misses",
+        "bytes_fetched",
+        "tier2_upload_lag_p50_seconds",
+        "tier2_upload_lag_p99_seconds",
+    )
 
     def __init__(self, gateway: TierGateway, interval: float) -> None:
         self.gateway = gateway
@@ -204,31 +241,40 @@ class TierSampler:
         except (OSError, ValueError):
             self.errors += 1
             return None
-        row = {"t": round(t, 3), **{k: tier.get(k) for k in self.FIELDS},
-               "local_disk_bytes": self.gateway.local_disk()[0]}
+        row = {
+            "t": round(t, 3),
+            **{k: tier.get(k) for k in self.FIELDS},
+            "local_disk_bytes": self.gateway.local_disk()[0],
+        }
         self.samples.append(row)
         self.last = row
         return row
 
     def compact(self) -> Report:
         """The samples for the JSON: one row of SAMPLE_FIELDS each."""
-        return {"sample_fields": list(SAMPLE_FIELDS),
-                "samples": [[s.get(f) for f in SAMPLE_FIELDS] for s in self.samples]}
+        return {
+            "sample_fields": list(SAMPLE_FIELDS),
+            "samples": [[s.get(f) for f in SAMPLE_FIELDS] for s in self.samples],
+        }
 
     def between(self, start: float, end: float) -> list[Report]:
         return [s for s in self.samples if start <= s["t"] <= end]
 
 
-def wait_uploaded(gateway: TierGateway, display: Display, label: str,
-                  timeout: float) -> tuple[float, bool]:
+def wait_uploaded(
+    gateway: TierGateway, display: Display, label: str, timeout: float
+) -> tuple[float, bool]:
     """Wait until tier1_pending_bytes is 0: (time.perf_counter() then, reached)."""
     started = time.perf_counter()
     state: Report = {}
 
     def poll() -> tuple[float, str]:
         pending = state.get("tier1_pending_bytes")
-        return 0.0, ("" if pending is None else
-                     f"pending {pending / MIB:,.1f} MiB, {state.get('chunks_uploaded')} chunks")
+        return 0.0, (
+            ""
+            if pending is None
+            else f"pending {pending / MIB:,.1f} MiB, {state.get('chunks_uploaded')} chunks"
+        )
 
     with display.phase(label, None, poll):
         while True:
@@ -239,4 +285,3 @@ def wait_uploaded(gateway: TierGateway, display: Display, label: str,
             if time.perf_counter() - started > timeout:
                 return time.perf_counter(), False
             time.sleep(0.05)
-

@@ -34,4 +34,5 @@ def create_topic(bootstrap: str, topic: str, partitions: int, replication_factor
 def delete_topic(bootstrap: str, topic: str) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.delete_topics([topic], operation_timeout=ADMIN_TIMEOUT)[topic].result(
-        timeout=ADMIN_TIMEOUT)
+        timeout=ADMIN_TIMEOUT
+    )

@@ -177,8 +177,10 @@ async def _read_fetch(
     has_error = False
     for topic in body.topics:
         key, stream = _fetch_topic(ctx, topic)
-        unknown = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if isinstance(key, str) else (
-            ErrorCode.UNKNOWN_TOPIC_ID
+        unknown = (
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            if isinstance(key, str)
+            else (ErrorCode.UNKNOWN_TOPIC_ID)
         )
         partitions = []
         if stream is not None and not allowed(ctx, Operation.READ, ResourceType.TOPIC, stream.name):
