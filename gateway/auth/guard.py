@@ -113,6 +113,28 @@ def _whole(
     return inner(ctx, header, body) if check else _done(refusal())
 
 
+def _topics_read(
+    ctx: GatewayContext, header: RequestHeader, body: Any, inner: Handler
+) -> Awaitable[Response]:
+    """READ on each of `body.topics`; the denied ones answered per partition in place."""
+    return _per_item(
+        ctx,
+        header,
+        body,
+        inner,
+        "topics",
+        "topics",
+        lambda t: allowed(ctx, Operation.READ, TOPIC, t.name),
+        lambda t: {
+            "name": t.name,
+            "partitions": [
+                {"partition_index": p.partition_index, "error_code": _TOPIC_DENIED}
+                for p in t.partitions
+            ],
+        },
+    )
+
+
 # --- per API ------------------------------------------------------------------------------
 
 
@@ -566,22 +588,7 @@ def _txn_offset_commit(
         return every(_TXN_DENIED)
     if not allowed(ctx, Operation.READ, GROUP, body.group_id):
         return every(_GROUP_DENIED)
-    return _per_item(
-        ctx,
-        header,
-        body,
-        inner,
-        "topics",
-        "topics",
-        lambda t: allowed(ctx, Operation.READ, TOPIC, t.name),
-        lambda t: {
-            "name": t.name,
-            "partitions": [
-                {"partition_index": p.partition_index, "error_code": _TOPIC_DENIED}
-                for p in t.partitions
-            ],
-        },
-    )
+    return _topics_read(ctx, header, body, inner)
 
 
 def _describe_transactions(
@@ -720,22 +727,7 @@ def _offset_delete(
 ) -> Awaitable[Response]:
     if not allowed(ctx, Operation.DELETE, GROUP, body.group_id):
         return _done({"error_code": _GROUP_DENIED})
-    return _per_item(
-        ctx,
-        header,
-        body,
-        inner,
-        "topics",
-        "topics",
-        lambda t: allowed(ctx, Operation.READ, TOPIC, t.name),
-        lambda t: {
-            "name": t.name,
-            "partitions": [
-                {"partition_index": p.partition_index, "error_code": _TOPIC_DENIED}
-                for p in t.partitions
-            ],
-        },
-    )
+    return _topics_read(ctx, header, body, inner)
 
 
 def _describe_cluster(
