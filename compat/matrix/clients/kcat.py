@@ -79,7 +79,14 @@ def _read(
 def _roundtrip(*opts: str):  # type: ignore[no-untyped-def]
     def cell(ctx: CellContext) -> str:
         _produce(ctx, ctx.records, *opts)
-        expect_values(ctx, (r[3].encode() for r in _read(ctx)), ctx.records)
+        # kcat returns once the records are sent; with acks=0 nothing says they are
+        # already readable, so `-e` (stop at the end) is retried for a few seconds.
+        deadline = time.monotonic() + 10.0
+        recs = _read(ctx)
+        while len(recs) < ctx.records and time.monotonic() < deadline:
+            time.sleep(0.2)
+            recs = _read(ctx)
+        expect_values(ctx, (r[3].encode() for r in recs), ctx.records)
         return f"{ctx.records} records"
 
     return cell
