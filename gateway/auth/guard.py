@@ -135,6 +135,20 @@ def _topics_read(
     )
 
 
+def _filtered(
+    pending: Awaitable[Response], field: str, keep: Callable[[Any], bool]
+) -> Awaitable[Response]:
+    """The handler's response with `response[field]` cut to the items `keep` allows."""
+
+    async def filtered() -> Response:
+        response = await pending
+        if isinstance(response, dict):
+            response[field] = [item for item in response[field] if keep(item)]
+        return response
+
+    return filtered()
+
+
 # --- per API ------------------------------------------------------------------------------
 
 
@@ -276,19 +290,11 @@ def _offset_fetch(
             }
         )
     if body.topics is None:  # every committed partition: only topics it may describe
-        pending = inner(ctx, header, body)
-
-        async def filtered() -> Response:
-            response = await pending
-            if isinstance(response, dict):
-                response["topics"] = [
-                    t
-                    for t in response["topics"]
-                    if allowed(ctx, Operation.DESCRIBE, TOPIC, t["name"])
-                ]
-            return response
-
-        return filtered()
+        return _filtered(
+            inner(ctx, header, body),
+            "topics",
+            lambda t: allowed(ctx, Operation.DESCRIBE, TOPIC, t["name"]),
+        )
     return _per_item(
         ctx,
         header,
@@ -375,19 +381,11 @@ def _list_groups(
 ) -> Awaitable[Response]:
     if _cluster(ctx, Operation.DESCRIBE):
         return inner(ctx, header, body)
-    pending = inner(ctx, header, body)
-
-    async def filtered() -> Response:
-        response = await pending
-        if isinstance(response, dict):
-            response["groups"] = [
-                g
-                for g in response["groups"]
-                if allowed(ctx, Operation.DESCRIBE, GROUP, g["group_id"])
-            ]
-        return response
-
-    return filtered()
+    return _filtered(
+        inner(ctx, header, body),
+        "groups",
+        lambda g: allowed(ctx, Operation.DESCRIBE, GROUP, g["group_id"]),
+    )
 
 
 def _create_topics(
@@ -618,19 +616,12 @@ def _describe_transactions(
 def _list_transactions(
     ctx: GatewayContext, header: RequestHeader, body: Any, inner: Handler
 ) -> Awaitable[Response]:
-    pending = inner(ctx, header, body)
-
-    async def filtered() -> Response:  # Kafka lists only the ids the principal may describe
-        response = await pending
-        if isinstance(response, dict):
-            response["transaction_states"] = [
-                t
-                for t in response["transaction_states"]
-                if allowed(ctx, Operation.DESCRIBE, TXN, t["transactional_id"])
-            ]
-        return response
-
-    return filtered()
+    # Kafka lists only the ids the principal may describe
+    return _filtered(
+        inner(ctx, header, body),
+        "transaction_states",
+        lambda t: allowed(ctx, Operation.DESCRIBE, TXN, t["transactional_id"]),
+    )
 
 
 _RESOURCE_TOPIC, _RESOURCE_BROKER, _RESOURCE_BROKER_LOGGER = 2, 4, 8
