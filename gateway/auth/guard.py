@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from core.acl.model import CLUSTER_NAME, Operation, ResourceType
@@ -113,26 +113,55 @@ def _whole(
     return inner(ctx, header, body) if check else _done(refusal())
 
 
-def _topics_read(
-    ctx: GatewayContext, header: RequestHeader, body: Any, inner: Handler
-) -> Awaitable[Response]:
-    """READ on each of `body.topics`; the denied ones answered per partition in place."""
-    return _per_item(
-        ctx,
-        header,
-        body,
-        inner,
-        "topics",
-        "topics",
-        lambda t: allowed(ctx, Operation.READ, TOPIC, t.name),
-        lambda t: {
-            "name": t.name,
-            "partitions": [
-                {"partition_index": p.partition_index, "error_code": _TOPIC_DENIED}
-                for p in t.partitions
-            ],
-        },
-    )
+def _each(
+    request_field: str,
+    response_field: str,
+    op: Operation,
+    resource: ResourceType,
+    denied: Callable[[Any], dict[str, Any]],
+    name: Callable[[Any], str] = lambda item: str(item.name),
+) -> Guard:
+    """A guard checking `op` on each item of `body.<request_field>` (named by `name`);
+    the denied items are answered with `denied(item)` in `response[<response_field>]`."""
+
+    def guard(
+        ctx: GatewayContext, header: RequestHeader, body: Any, inner: Handler
+    ) -> Awaitable[Response]:
+        return _per_item(
+            ctx,
+            header,
+            body,
+            inner,
+            request_field,
+            response_field,
+            lambda item: allowed(ctx, op, resource, name(item)),
+            denied,
+        )
+
+    return guard
+
+
+def _as_is(item: Any) -> str:
+    return str(item)
+
+
+def _partitions_denied(topic: Any, code: int, **extra: Any) -> dict[str, Any]:
+    """A topic's response item with `code` on each of its `partitions`."""
+    return {
+        "name": topic.name,
+        "partitions": [
+            {"partition_index": p.partition_index, "error_code": code, **extra}
+            for p in topic.partitions
+        ],
+    }
+
+
+_DENIED_MESSAGE = "Authorization failed."
+
+# READ on each of `body.topics`; the denied ones answered per partition in place.
+_topics_read = _each(
+    "topics", "topics", Operation.READ, TOPIC, lambda t: _partitions_denied(t, _TOPIC_DENIED)
+)
 
 
 def _filtered(
@@ -206,59 +235,21 @@ def _produce_denied(partition: Any, code: ErrorCode) -> dict[str, Any]:
     }
 
 
-def _list_offsets(
-    ctx: GatewayContext, header: RequestHeader, body: Any, inner: Handler
-) -> Awaitable[Response]:
-    return _per_item(
-        ctx,
-        header,
-        body,
-        inner,
-        "topics",
-        "topics",
-        lambda t: allowed(ctx, Operation.DESCRIBE, TOPIC, t.name),
-        lambda t: {
-            "name": t.name,
-            "partitions": [
-                {
-                    "partition_index": p.partition_index,
-                    "error_code": _TOPIC_DENIED,
-                    "timestamp": -1,
-                    "offset": -1,
-                    "leader_epoch": -1,
-                }
-                for p in t.partitions
-            ],
-        },
-    )
+_list_offsets = _each(
+    "topics",
+    "topics",
+    Operation.DESCRIBE,
+    TOPIC,
+    lambda t: _partitions_denied(t, _TOPIC_DENIED, timestamp=-1, offset=-1, leader_epoch=-1),
+)
 
 
 def _offset_commit(
     ctx: GatewayContext, header: RequestHeader, body: Any, inner: Handler
 ) -> Awaitable[Response]:
-    def errors(topics: Sequence[Any], code: ErrorCode) -> list[dict[str, Any]]:
-        return [
-            {
-                "name": t.name,
-                "partitions": [
-                    {"partition_index": p.partition_index, "error_code": code} for p in t.partitions
-                ],
-            }
-            for t in topics
-        ]
-
     if not allowed(ctx, Operation.READ, GROUP, body.group_id):
-        return _done({"topics": errors(body.topics, _GROUP_DENIED)})
-    return _per_item(
-        ctx,
-        header,
-        body,
-        inner,
-        "topics",
-        "topics",
-        lambda t: allowed(ctx, Operation.READ, TOPIC, t.name),
-        lambda t: errors([t], _TOPIC_DENIED)[0],
-    )
+        return _done({"topics": [_partitions_denied(t, _GROUP_DENIED) for t in body.topics]})
+    return _topics_read(ctx, header, body, inner)
 
 
 def _offset_fetch(
@@ -339,28 +330,29 @@ def _group_member(
     )
 
 
+_describe_each_group = _each(
+    "groups",
+    "groups",
+    Operation.DESCRIBE,
+    GROUP,
+    lambda g: {
+        "error_code": _GROUP_DENIED,
+        "group_id": g,
+        "group_state": "",
+        "protocol_type": "",
+        "protocol_data": "",
+        "members": [],
+        "authorized_operations": NOT_REQUESTED,
+    },
+    name=_as_is,
+)
+
+
 def _describe_groups(
     ctx: GatewayContext, header: RequestHeader, body: Any, inner: Handler
 ) -> Awaitable[Response]:
     wanted = getattr(body, "include_authorized_operations", False)
-    pending = _per_item(
-        ctx,
-        header,
-        body,
-        inner,
-        "groups",
-        "groups",
-        lambda g: allowed(ctx, Operation.DESCRIBE, GROUP, g),
-        lambda g: {
-            "error_code": _GROUP_DENIED,
-            "group_id": g,
-            "group_state": "",
-            "protocol_type": "",
-            "protocol_data": "",
-            "members": [],
-            "authorized_operations": NOT_REQUESTED,
-        },
-    )
+    pending = _describe_each_group(ctx, header, body, inner)
 
     async def with_operations() -> Response:
         response = await pending
@@ -400,14 +392,9 @@ def _create_topics(
         "topics",
         "topics",
         lambda t: on_cluster or allowed(ctx, Operation.CREATE, TOPIC, t.name),
-        lambda t: {
-            "name": t.name,
-            "error_code": _TOPIC_DENIED,
-            "error_message": "Authorization failed.",
-            "num_partitions": -1,
-            "replication_factor": -1,
-            "topic_config_error_code": _TOPIC_DENIED,
-        },
+        lambda t: _topic_denied(
+            t.name, num_partitions=-1, replication_factor=-1, topic_config_error_code=_TOPIC_DENIED
+        ),
     )
 
 
@@ -423,11 +410,7 @@ def _delete_topics(
             "topic_names",
             "responses",
             lambda name: allowed(ctx, Operation.DELETE, TOPIC, name),
-            lambda name: {
-                "name": name,
-                "error_code": _TOPIC_DENIED,
-                "error_message": "Authorization failed.",
-            },
+            _topic_denied,
         )
 
     def name_of(item: Any) -> str | None:
@@ -444,38 +427,17 @@ def _delete_topics(
         "topics",
         "responses",
         lambda t: (n := name_of(t)) is None or allowed(ctx, Operation.DELETE, TOPIC, n),
-        lambda t: {
-            "name": t.name,
-            "topic_id": t.topic_id,
-            "error_code": _TOPIC_DENIED,
-            "error_message": "Authorization failed.",
-        },
+        lambda t: _topic_denied(t.name, topic_id=t.topic_id),
     )
 
 
-def _delete_records(
-    ctx: GatewayContext, header: RequestHeader, body: Any, inner: Handler
-) -> Awaitable[Response]:
-    return _per_item(
-        ctx,
-        header,
-        body,
-        inner,
-        "topics",
-        "topics",
-        lambda t: allowed(ctx, Operation.DELETE, TOPIC, t.name),
-        lambda t: {
-            "name": t.name,
-            "partitions": [
-                {
-                    "partition_index": p.partition_index,
-                    "low_watermark": -1,
-                    "error_code": _TOPIC_DENIED,
-                }
-                for p in t.partitions
-            ],
-        },
-    )
+_delete_records = _each(
+    "topics",
+    "topics",
+    Operation.DELETE,
+    TOPIC,
+    lambda t: _partitions_denied(t, _TOPIC_DENIED, low_watermark=-1),
+)
 
 
 def _init_producer_id(
@@ -567,20 +529,7 @@ def _txn_offset_commit(
     ctx: GatewayContext, header: RequestHeader, body: Any, inner: Handler
 ) -> Awaitable[Response]:
     def every(code: int) -> Awaitable[Response]:
-        return _done(
-            {
-                "topics": [
-                    {
-                        "name": t.name,
-                        "partitions": [
-                            {"partition_index": p.partition_index, "error_code": code}
-                            for p in t.partitions
-                        ],
-                    }
-                    for t in body.topics
-                ]
-            }
-        )
+        return _done({"topics": [_partitions_denied(t, code) for t in body.topics]})
 
     if _txn_id_denied(ctx, body.transactional_id):
         return every(_TXN_DENIED)
@@ -589,28 +538,23 @@ def _txn_offset_commit(
     return _topics_read(ctx, header, body, inner)
 
 
-def _describe_transactions(
-    ctx: GatewayContext, header: RequestHeader, body: Any, inner: Handler
-) -> Awaitable[Response]:
-    return _per_item(
-        ctx,
-        header,
-        body,
-        inner,
-        "transactional_ids",
-        "transaction_states",
-        lambda txn_id: allowed(ctx, Operation.DESCRIBE, TXN, txn_id),
-        lambda txn_id: {
-            "error_code": _TXN_DENIED,
-            "transactional_id": txn_id,
-            "transaction_state": "",
-            "transaction_timeout": 0,
-            "transaction_start_time": 0,
-            "producer_id": -1,
-            "producer_epoch": -1,
-            "topics": [],
-        },
-    )
+_describe_transactions = _each(
+    "transactional_ids",
+    "transaction_states",
+    Operation.DESCRIBE,
+    TXN,
+    lambda txn_id: {
+        "error_code": _TXN_DENIED,
+        "transactional_id": txn_id,
+        "transaction_state": "",
+        "transaction_timeout": 0,
+        "transaction_start_time": 0,
+        "producer_id": -1,
+        "producer_epoch": -1,
+        "topics": [],
+    },
+    name=_as_is,
+)
 
 
 def _list_transactions(
@@ -642,7 +586,7 @@ def _config_denied(resource: Any, **extra: Any) -> dict[str, Any]:
     code = _TOPIC_DENIED if resource.resource_type == _RESOURCE_TOPIC else _CLUSTER_DENIED
     return {
         "error_code": code,
-        "error_message": "Authorization failed.",
+        "error_message": _DENIED_MESSAGE,
         "resource_type": resource.resource_type,
         "resource_name": resource.resource_name,
         **extra,
@@ -679,38 +623,21 @@ def _alter_configs(
     )
 
 
-def _create_partitions(
-    ctx: GatewayContext, header: RequestHeader, body: Any, inner: Handler
-) -> Awaitable[Response]:
-    return _per_item(
-        ctx,
-        header,
-        body,
-        inner,
-        "topics",
-        "results",
-        lambda t: allowed(ctx, Operation.ALTER, TOPIC, t.name),
-        lambda t: {
-            "name": t.name,
-            "error_code": _TOPIC_DENIED,
-            "error_message": "Authorization failed.",
-        },
-    )
+def _topic_denied(name: str, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "error_code": _TOPIC_DENIED, "error_message": _DENIED_MESSAGE, **extra}
 
 
-def _delete_groups(
-    ctx: GatewayContext, header: RequestHeader, body: Any, inner: Handler
-) -> Awaitable[Response]:
-    return _per_item(
-        ctx,
-        header,
-        body,
-        inner,
-        "groups_names",
-        "results",
-        lambda g: allowed(ctx, Operation.DELETE, GROUP, g),
-        lambda g: {"group_id": g, "error_code": _GROUP_DENIED},
-    )
+_create_partitions = _each(
+    "topics", "results", Operation.ALTER, TOPIC, lambda t: _topic_denied(t.name)
+)
+_delete_groups = _each(
+    "groups_names",
+    "results",
+    Operation.DELETE,
+    GROUP,
+    lambda g: {"group_id": g, "error_code": _GROUP_DENIED},
+    name=_as_is,
+)
 
 
 def _offset_delete(
