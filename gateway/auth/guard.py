@@ -20,6 +20,7 @@ from core.acl.model import CLUSTER_NAME, Operation, ResourceType
 from core.errors import ErrorCode
 from gateway.handlers.authz import NOT_REQUESTED, allowed, authorized_operations
 from gateway.handlers.context import CLIENT_HOST, PRINCIPAL, GatewayContext
+from gateway.handlers.txn import no_transaction_state
 from gateway.protocol.apis import ApiKey
 from gateway.protocol.codec import RequestHeader
 
@@ -123,19 +124,27 @@ def _each(
 ) -> Guard:
     """A guard checking `op` on each item of `body.<request_field>` (named by `name`);
     the denied items are answered with `denied(item)` in `response[<response_field>]`."""
+    return _per_item_guard(
+        request_field,
+        response_field,
+        lambda ctx: lambda item: allowed(ctx, op, resource, name(item)),
+        denied,
+    )
+
+
+def _per_item_guard(
+    request_field: str,
+    response_field: str,
+    check: Callable[[GatewayContext], Callable[[Any], bool]],
+    denied: Callable[[Any], dict[str, Any]],
+) -> Guard:
+    """`_per_item` as a guard; `check(ctx)` says which items are allowed."""
 
     def guard(
         ctx: GatewayContext, header: RequestHeader, body: Any, inner: Handler
     ) -> Awaitable[Response]:
         return _per_item(
-            ctx,
-            header,
-            body,
-            inner,
-            request_field,
-            response_field,
-            lambda item: allowed(ctx, op, resource, name(item)),
-            denied,
+            ctx, header, body, inner, request_field, response_field, check(ctx), denied
         )
 
     return guard
@@ -543,16 +552,7 @@ _describe_transactions = _each(
     "transaction_states",
     Operation.DESCRIBE,
     TXN,
-    lambda txn_id: {
-        "error_code": _TXN_DENIED,
-        "transactional_id": txn_id,
-        "transaction_state": "",
-        "transaction_timeout": 0,
-        "transaction_start_time": 0,
-        "producer_id": -1,
-        "producer_epoch": -1,
-        "topics": [],
-    },
+    lambda txn_id: no_transaction_state(txn_id, _TXN_DENIED),
     name=_as_is,
 )
 
@@ -593,34 +593,20 @@ def _config_denied(resource: Any, **extra: Any) -> dict[str, Any]:
     }
 
 
-def _describe_configs(
-    ctx: GatewayContext, header: RequestHeader, body: Any, inner: Handler
-) -> Awaitable[Response]:
-    return _per_item(
-        ctx,
-        header,
-        body,
-        inner,
-        "resources",
-        "results",
-        _config_resource_allowed(ctx, Operation.DESCRIBE_CONFIGS),
-        lambda r: _config_denied(r, configs=[]),
-    )
+_describe_configs = _per_item_guard(
+    "resources",
+    "results",
+    lambda ctx: _config_resource_allowed(ctx, Operation.DESCRIBE_CONFIGS),
+    lambda r: _config_denied(r, configs=[]),
+)
 
 
-def _alter_configs(
-    ctx: GatewayContext, header: RequestHeader, body: Any, inner: Handler
-) -> Awaitable[Response]:
-    return _per_item(
-        ctx,
-        header,
-        body,
-        inner,
-        "resources",
-        "responses",
-        _config_resource_allowed(ctx, Operation.ALTER_CONFIGS),
-        _config_denied,
-    )
+_alter_configs = _per_item_guard(
+    "resources",
+    "responses",
+    lambda ctx: _config_resource_allowed(ctx, Operation.ALTER_CONFIGS),
+    _config_denied,
+)
 
 
 def _topic_denied(name: str, **extra: Any) -> dict[str, Any]:

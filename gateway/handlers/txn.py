@@ -27,6 +27,20 @@ def _coordinator(ctx: GatewayContext) -> Transactions | None:
     return ctx.transactions
 
 
+def no_transaction_state(transactional_id: str, code: int) -> dict[str, Any]:
+    """A DescribeTransactions item that describes nothing, with `code`."""
+    return {
+        "error_code": code,
+        "transactional_id": transactional_id,
+        "transaction_state": "",
+        "transaction_timeout": 0,
+        "transaction_start_time": 0,
+        "producer_id": -1,
+        "producer_epoch": -1,
+        "topics": [],
+    }
+
+
 async def init_transactional_producer(ctx: GatewayContext, body: Any) -> dict[str, Any]:
     txns = _coordinator(ctx)
     if txns is None:
@@ -172,16 +186,7 @@ async def describe_transactions(
         txn = txns.describe(transactional_id) if txns is not None else None
         if txn is None:
             states.append(
-                {
-                    "error_code": ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
-                    "transactional_id": transactional_id,
-                    "transaction_state": "",
-                    "transaction_timeout": 0,
-                    "transaction_start_time": 0,
-                    "producer_id": -1,
-                    "producer_epoch": -1,
-                    "topics": [],
-                }
+                no_transaction_state(transactional_id, ErrorCode.TRANSACTIONAL_ID_NOT_FOUND)
             )
             continue
         by_topic: dict[str, list[int]] = {}
