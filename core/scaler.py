@@ -118,7 +118,7 @@ async def run_scaler(
             return
         meter.sample()
         policy = ScalingPolicy.from_configs(stream.record.configs)
-        if policy.kind == "fixed" or not CLUSTER.is_local(stream.name):  # owner scales
+        if policy.kind == "fixed" or not CLUSTER.leads_any(stream.name):
             continue
         for decision in decide(meter.loads(policy.kind == "event-rate"), policy, cooldown):
             log.info(

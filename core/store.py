@@ -17,22 +17,26 @@ from dataclasses import dataclass, field
 import trio
 
 from .api import ScaleResult, TopicError, validate_topic_name
+from .cluster_view import CLUSTER
 from .compaction import CompactionSettings, Compactor
 from .errors import ErrorCode
 from .metadata import MetadataStore, SegmentRecord, SQLiteMetadataStore, TopicRecord
 from .metadata_worker import MetadataWorker
 from .scaler import RateMeter, run_scaler
+from .scaling.placement import place_segments
 from .scaling.plan import ScaleError, split_range
 from .scaling.policy import Decision
 from .segments.log import SegmentLog
 from .segments.objectstore import ObjectStore, open_object_store
 from .stream import Stream
+from .stream.handover import MoveTimings, hand_over
 from .tiering import TierManager, TierSettings
 from .topic_config import ConfigError, validate_topic_configs
 
 log = logging.getLogger(__name__)
 
 MAX_PARTITIONS_PER_TOPIC = 100_000
+PLACEMENTS = ("least-loaded", "creator")
 
 
 @dataclass(slots=True)
@@ -49,6 +53,12 @@ class StoreSettings:
     # None: SQLite in the data dir; postgresql://...: shared metadata (README "Several nodes")
     metadata_url: str | None = None
     node_id: int | None = None  # with metadata_url: this node (owner of what it creates)
+    # several active nodes: where a new topic's segments go (README "Placement and moving
+    # segments"): "least-loaded" (one segment per live node, up to the partition count) or
+    # "creator" (one segment, on the node that creates the topic)
+    placement: str = field(
+        default_factory=lambda: os.environ.get("STREAMGATE_PLACEMENT", "least-loaded")
+    )
 
 
 class StreamStore:
@@ -88,6 +98,10 @@ class StreamStore:
         """Open and recover the store, then keep segment flushers, uploads and retention
         running until `stop`."""
         os.makedirs(self._streams_dir, exist_ok=True)
+        if self.settings.placement not in PLACEMENTS:
+            raise ValueError(
+                f"placement must be one of {', '.join(PLACEMENTS)}, got {self.settings.placement!r}"
+            )
         if self.settings.metadata_url:
             from .metadata_pg import PostgresMetadataStore  # psycopg only when asked for
 
@@ -247,6 +261,30 @@ class StreamStore:
         )
         return result
 
+    async def move(
+        self, name: str, segment_id: int, to_node: int, parts: int = 1
+    ) -> tuple[ScaleResult, MoveTimings]:
+        """Several nodes: hand open segment `segment_id` over to node `to_node` (parts=1),
+        or split it into `parts` successors, the last one on `to_node` and the others
+        here. ScaleError / TopicError when refused (README "Placement and moving
+        segments")."""
+        from .metadata_pg import PostgresMetadataStore
+
+        stream = self._existing(name)
+        pg = self.metadata
+        if not isinstance(pg, PostgresMetadataStore) or not CLUSTER.enabled:
+            raise ScaleError("moving segments needs several active nodes (--multi-node true)")
+        for first, last, owner in stream.owners():
+            if owner == segment_id:
+                ranges = [(first, last)] if parts <= 1 else split_range(first, last, parts)
+                break
+        else:
+            raise ScaleError(f"segment {segment_id} is not an open segment of {name!r}")
+        owners = [CLUSTER.node_id] * (len(ranges) - 1) + [to_node]
+        if owners == [CLUSTER.node_id]:
+            raise ScaleError(f"segment {segment_id} is on node {to_node} already")
+        return await hand_over(stream, pg, self.worker.call, [segment_id], ranges, owners)
+
     def _remove_orphan_directories(self) -> None:
         """Drop stream folders whose topic is gone (a crash in the middle of a delete)."""
         known = {stream.record.topic_id.hex for stream in self.streams.values()}
@@ -298,9 +336,40 @@ class StreamStore:
             checked,
             segments=[SegmentRecord(0, 0, 0, partitions - 1)],
         )
-        self.metadata.create_topic(record)
+        if CLUSTER.enabled and self.settings.placement == "least-loaded":
+            self._create_placed(record)
+        else:
+            self.metadata.create_topic(record)
+            if CLUSTER.enabled:  # led here at once, before the next sync says so
+                CLUSTER.set_segments(name, [(0, 0, partitions - 1, CLUSTER.node_id)])
+                CLUSTER.touch(name)
         log.info("created topic %s with %d partitions", name, partitions)
         return self._open_stream(record)
+
+    def _create_placed(self, record: TopicRecord) -> None:
+        """Several nodes: min(partitions, live nodes) segments with contiguous partition
+        ranges, each on a live node, least loaded (fewest open segments) first."""
+        from .metadata_pg import PostgresMetadataStore
+
+        pg = self.metadata
+        assert isinstance(pg, PostgresMetadataStore)
+        nodes = place_segments(pg.node_loads(), record.partitions, CLUSTER.node_id)
+        ranges = (
+            split_range(0, record.partitions - 1, len(nodes))
+            if len(nodes) > 1
+            else [(0, record.partitions - 1)]
+        )
+        record.segments = [SegmentRecord(i, 0, f, last) for i, (f, last) in enumerate(ranges)]
+        pg.create_topic_placed(record, nodes)
+        CLUSTER.touch(record.name)
+        CLUSTER.set_segments(
+            record.name,
+            [
+                (s.segment_id, s.first_partition, s.last_partition, n)
+                for s, n in zip(record.segments, nodes, strict=True)
+            ],
+        )
+        log.info("topic %s: segments placed on nodes %s", record.name, nodes)
 
     def get_or_create(self, name: str) -> Stream | None:
         """The topic, auto-created with the default partition count if allowed."""
@@ -325,6 +394,7 @@ class StreamStore:
         del self.streams[name]
         self._by_id.pop(stream.topic_id, None)
         self.meters.pop(name, None)
+        CLUSTER.forget(name)
         stream.close()
         self.tier.forget_topic(stream)
         log.info("deleted topic %s", name)
