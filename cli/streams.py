@@ -148,7 +148,7 @@ def print_description(body: dict[str, Any], out: TextIO) -> None:
         f"min {policy['min_segments']})",
         file=out,
     )
-    rows = [
+    rows: list[tuple[str, ...]] = [
         (
             str(s["epoch"]),
             str(s["segment_id"]),
