@@ -122,11 +122,9 @@ class NodeMembership:
         """Per-partition leaders: every open segment's owner; open the segments other nodes
         handed to this one (core/stream/handover.py)."""
         try:
-            rows = await self._call(db.open_segments)
+            await apply_cluster_segments(store.streams, db, self._call)
         except Exception as exc:
             log.warning("node %d: segment sync failed: %s", self.settings.node_id, exc)
-            return
-        await apply_cluster_segments(store.streams, rows, db, self._call)
 
     async def _refresh_offsets(
         self,

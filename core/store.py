@@ -23,7 +23,7 @@ from .errors import ErrorCode
 from .metadata import MetadataStore, SegmentRecord, SQLiteMetadataStore, TopicRecord
 from .metadata_worker import MetadataWorker
 from .scaler import RateMeter, run_scaler
-from .scaling.placement import place_segments
+from .scaling.placement import least_loaded_other, place_segments
 from .scaling.plan import ScaleError, split_range
 from .scaling.policy import Decision
 from .segments.log import SegmentLog
@@ -216,7 +216,38 @@ class StreamStore:
     # --- scale events ------------------------------------------------------------------
 
     def _apply_decision(self, stream: Stream, decision: Decision) -> None:
+        if CLUSTER.enabled and decision.kind == "split" and self._nursery is not None:
+            # several nodes: the last successor goes to a less loaded live node, if any
+            target = least_loaded_other(CLUSTER.open_segment_counts(), CLUSTER.node_id)
+            if target is not None:
+                self._check_local(stream, decision.seal)
+                self._nursery.start_soon(self._split_to, stream, decision, target)
+                return
         self._scale(stream, decision.seal, decision.new_ranges, f"policy: {decision.reason}")
+
+    async def _split_to(self, stream: Stream, decision: Decision, target: int) -> None:
+        from .metadata_pg import PostgresMetadataStore
+
+        pg = self.metadata
+        assert isinstance(pg, PostgresMetadataStore)
+        owners = [CLUSTER.node_id] * (len(decision.new_ranges) - 1) + [target]
+        try:
+            await hand_over(
+                stream, pg, self.worker.call, decision.seal, decision.new_ranges, owners
+            )
+        except (ScaleError, ValueError) as exc:
+            log.warning("topic %s: split to node %d refused: %s", stream.name, target, exc)
+
+    def _check_local(self, stream: Stream, seal: list[int]) -> None:
+        """Several nodes: only the owner of a segment seals it (ScaleError otherwise); a
+        merge of segments on two nodes is refused (move one of them first)."""
+        for segment_id in seal:
+            if not CLUSTER.segment_is_local(stream.name, segment_id):
+                node = CLUSTER.segment_nodes.get(stream.name, {}).get(segment_id)
+                raise ScaleError(
+                    f"segment {segment_id} of {stream.name!r} is owned by node {node}; "
+                    "scale it there"
+                )
 
     def scale(self, name: str, seal: list[int], new_ranges: list[tuple[int, int]]) -> ScaleResult:
         """A manual scale event (admin endpoint). TopicError for an unknown topic,
@@ -245,6 +276,7 @@ class StreamStore:
     def _scale(
         self, stream: Stream, seal: list[int], new_ranges: list[tuple[int, int]], why: str
     ) -> ScaleResult:
+        self._check_local(stream, seal)
         try:
             result = stream.scale(seal, new_ranges)
         except ValueError as exc:  # ScaleError, or the metadata transaction refused it

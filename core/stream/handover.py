@@ -139,14 +139,13 @@ async def hand_over(
 
 
 async def apply_cluster_segments(
-    streams: dict[str, Stream],
-    rows: list[tuple[str, int, int, int, int]],
-    db: PostgresMetadataStore,
-    call: Call,
+    streams: dict[str, Stream], db: PostgresMetadataStore, call: Call
 ) -> None:
-    """The sync loop's view of every open segment (topic, id, first, last, owner): open
-    the segments other nodes handed to this one, then publish the owners in CLUSTER."""
+    """The sync loop: read every open segment (topic, id, first, last, owner), open the
+    segments other nodes handed to this one, then publish the owners in CLUSTER (unless
+    this node changed a topic's owners itself since the read)."""
     versions = {name: CLUSTER.version(name) for name in streams}
+    rows = await call(db.open_segments)
     by_topic: dict[str, list[tuple[int, int, int, int]]] = {}
     for topic, sid, first, last, node in rows:
         by_topic.setdefault(topic, []).append((sid, first, last, node))
@@ -160,7 +159,7 @@ async def apply_cluster_segments(
             except Exception as exc:  # database unreachable: try again on the next sync
                 log.warning("topic %s: taking over segments failed: %s", name, exc)
                 continue
-        if CLUSTER.version(name) == versions.get(name, 0):  # no local change meanwhile
+        if name in versions and CLUSTER.version(name) == versions[name]:  # no local change
             CLUSTER.set_segments(name, segments)
 
 
