@@ -173,11 +173,13 @@ async def _refresh(stream: Stream, db: PostgresMetadataStore, call: Call) -> Non
         r for r, owner in rows if not r.sealed and owner == me and r.segment_id not in open_here
     ]
     partitions = {p for r in taken for p in range(r.first_partition, r.last_partition + 1)}
-    chunks, producers, log_starts = [], [], {}
+    chunks, producers, log_starts, aborted, compacted = [], [], {}, [], {}
     if partitions:
         chunks = await call(db.load_chunks, name)
         producers = await call(db.load_producer_states, name)
         log_starts = await call(db.load_log_starts, name)
+        aborted = await call(db.load_aborted_txns, name)
+        compacted = await call(db.load_compacted_ends, name)
     if stream.deleted or stream.spawn_flusher is None:
         return
     # Synchronous from here: no append or read runs in between.
@@ -202,7 +204,11 @@ async def _refresh(stream: Stream, db: PostgresMetadataStore, call: Call) -> Non
             ownership.add(record.first_partition, record.last_partition, record.segment_id)
     stream.ownership = ownership
     for index in sorted(partitions):
-        _load_partition(stream, index, chunks, producers, log_starts.get(index, 0))
+        partition = _load_partition(stream, index, chunks, producers, log_starts.get(index, 0))
+        partition.compacted_end = max(partition.compacted_end, compacted.get(index, 0))
+        for p_index, producer_id, first, last in aborted:
+            if p_index == index:
+                partition.restore_aborted(producer_id, first, last)
     if taken:
         log.info(
             "topic %s: took over segments %s (partitions %d-%d)",
@@ -219,7 +225,7 @@ def _load_partition(
     chunks: list[Any],
     producers: list[Any],
     log_start: int,
-) -> None:
+) -> Partition:
     """A fresh partition from the database: its tier-2 slices, log start and producers."""
     partition = stream.reset_partition(index)
     for chunk in chunks:
@@ -233,4 +239,4 @@ def _load_partition(
             partition.restore_producer(saved.producer_id, saved.epoch, saved.batches)
     partition.next_offset = max(partition.next_offset, log_start)
     partition.high_watermark = partition.next_offset
-    assert isinstance(partition, Partition)
+    return partition
