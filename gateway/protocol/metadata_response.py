@@ -49,7 +49,7 @@ def _partition_items(version: int, node_id: int, first: int, last: int) -> bytes
         tail += array_len(0, flexible)  # offline replicas
     if flexible:
         tail += b"\x00"
-    parts = []
+    parts: list[bytes] = []
     if version >= 7:
         pack = _PARTITION_V7.pack
         parts.extend(pack(0, i, node_id, 0) + tail for i in range(first, last + 1))
