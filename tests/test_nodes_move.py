@@ -259,3 +259,30 @@ def test_a_split_hands_a_successor_to_another_node_under_load(
         "move", "mv", "--segment", "2", "--to-node", "3", "--admin", nodes[0].admin_url
     )
     assert refused.returncode == 1 and "owned by node 2" in refused.stderr, refused.stderr
+
+
+def test_hand_over_is_a_compare_and_set_on_the_owner(pg_url: str) -> None:  # noqa: F811
+    import uuid
+
+    from core.metadata import SegmentRecord, TopicRecord
+    from core.metadata_pg import PostgresMetadataStore
+
+    db = PostgresMetadataStore(pg_url, node_id=1)
+    try:
+        segments = [SegmentRecord(0, 0, 0, 1), SegmentRecord(1, 0, 2, 3)]
+        db.create_topic_placed(TopicRecord("cas", uuid.uuid4(), 4, {}, segments=segments), [1, 2])
+        owners = {(sid, node) for t, sid, _f, _l, node in db.open_segments() if t == "cas"}
+        assert owners == {(0, 1), (1, 2)}
+        # node 1 cannot hand over node 2's segment; nothing changes
+        with pytest.raises(ValueError, match="not an open segment of node 1"):
+            db.hand_over("cas", [1], [SegmentRecord(2, 1, 2, 3)], [3], from_node=1)
+        db.hand_over("cas", [0], [SegmentRecord(2, 1, 0, 1)], [3], from_node=1)
+        # a second hand-over of the same (now sealed) segment is refused
+        with pytest.raises(ValueError):
+            db.hand_over("cas", [0], [SegmentRecord(3, 1, 0, 1)], [2], from_node=1)
+        owners = {(sid, node) for t, sid, _f, _l, node in db.open_segments() if t == "cas"}
+        assert owners == {(1, 2), (2, 3)}
+        sealed = {r.segment_id for r, _o in db.load_segments("cas") if r.sealed}
+        assert sealed == {0}
+    finally:
+        db.close()
