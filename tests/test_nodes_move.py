@@ -34,14 +34,21 @@ from tests.nodes_fixtures import gateway_args, pg_url, postgres, requires_postgr
 pytestmark = requires_postgres
 NOT_LEADER_OR_FOLLOWER = 6
 ROOT = Path(__file__).resolve().parent.parent
+FAST_SCALER = ("--scaling-window-s", "1.5", "--scaling-interval-s", "0.25")
 
 
-def _cluster(tmp_path: Path, url: str, placement: str) -> list[Gateway]:
+def _cluster(
+    tmp_path: Path, url: str, placement: str, extra: tuple[str, ...] = ()
+) -> list[Gateway]:
     return [
         Gateway(
             tmp_path / f"n{i}",
             tmp_path / f"n{i}.log",
-            [*gateway_args(url, i), "--multi-node", "true", "--tier2", str(tmp_path / "t2")],
+            [
+                *gateway_args(url, i),
+                *("--multi-node", "true", "--tier2", str(tmp_path / "t2")),
+                *extra,
+            ],
             metrics=True,
             env={"STREAMGATE_PLACEMENT": placement},
         )
@@ -63,7 +70,8 @@ def spread_cluster(tmp_path: Path, pg_url: str):  # noqa: F811
 
 @pytest.fixture
 def creator_cluster(tmp_path: Path, pg_url: str):  # noqa: F811
-    nodes = _cluster(tmp_path, pg_url, "creator")
+    # a fast scaler (as in tests/test_scaling.py); topics here scale only when asked to
+    nodes = _cluster(tmp_path, pg_url, "creator", FAST_SCALER)
     try:
         for node in nodes:
             node.start_fresh()
@@ -259,6 +267,53 @@ def test_a_split_hands_a_successor_to_another_node_under_load(
         "move", "mv", "--segment", "2", "--to-node", "3", "--admin", nodes[0].admin_url
     )
     assert refused.returncode == 1 and "owned by node 2" in refused.stderr, refused.stderr
+
+
+def test_the_scaler_puts_a_split_successor_on_a_less_loaded_node(
+    creator_cluster: list[Gateway],
+) -> None:
+    nodes = creator_cluster
+    for node in nodes:
+        wait_until(lambda n=node: _brokers(n.bootstrap) == {1, 2, 3}, 15)
+    configs = {"streamgate.scaling.policy": "data-rate", "streamgate.scaling.target.rate": "4"}
+    admin = AdminClient({"bootstrap.servers": nodes[0].bootstrap})
+    admin.create_topics([NewTopic("hot", num_partitions=4, config=configs)])["hot"].result(10)
+    acked: dict[str, tuple[int, int]] = {}
+    lock = threading.Lock()
+
+    def on_delivery(err, msg) -> None:  # type: ignore[no-untyped-def]
+        if err is None:
+            with lock:
+                acked[msg.value().decode()] = (msg.partition(), msg.offset())
+
+    producer = Producer(
+        {"bootstrap.servers": nodes[0].bootstrap, "acks": "all", "enable.idempotence": True}
+    )
+
+    def nodes_of_open_segments() -> set[int]:
+        described = json.loads(urllib.request.urlopen(nodes[0].admin_url + "/streams/hot").read())
+        return {s["node"] for s in described["segments"] if s["state"] == "open"}
+
+    n = 0
+    deadline = time.monotonic() + 30
+    while len(nodes_of_open_segments()) < 2:
+        assert time.monotonic() < deadline, "the scaler placed no successor on another node"
+        for _ in range(200):
+            producer.produce(
+                "hot", value=f"{n:07d}" + "x" * 200, partition=n % 4, on_delivery=on_delivery
+            )
+            n += 1
+        producer.poll(0.05)
+    for _ in range(400):  # more after the split, some to the other node
+        producer.produce(
+            "hot", value=f"{n:07d}" + "x" * 200, partition=n % 4, on_delivery=on_delivery
+        )
+        n += 1
+    assert producer.flush(60) == 0
+    assert len(acked) == n
+    assert "scaler hot: split" in nodes[0].log_text() and "handed over" in nodes[0].log_text()
+    assert len(set(_leaders(nodes[2].bootstrap, "hot").values())) >= 2
+    check_exactly_once(read_from_start(nodes[2].bootstrap, "hot", 4), acked)
 
 
 def test_hand_over_is_a_compare_and_set_on_the_owner(pg_url: str) -> None:  # noqa: F811
