@@ -92,3 +92,21 @@ def test_per_partition_leaders_encode_like_kio(version: int) -> None:
     expected = encode_response(header, _kio_body(6, [2, 2, 1, 1, 1, 2]))
     brokers = [(1, "gw", 9001), (2, "gw", 9002)]
     assert encode_metadata_response(7, version, brokers, "c", 1, [topic], 1) == expected
+
+
+def test_an_unknown_placement_is_refused_with_a_clear_error(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "STREAMGATE_PLACEMENT": "random"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "gateway", "serve", "--listen", "127.0.0.1:0"]
+        + ["--data-dir", str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode != 0
+    assert "STREAMGATE_PLACEMENT must be one of least-loaded, creator" in proc.stderr
