@@ -268,6 +268,22 @@ def test_a_split_hands_a_successor_to_another_node_under_load(
     )
     assert refused.returncode == 1 and "owned by node 2" in refused.stderr, refused.stderr
 
+    # the new owner SIGKILLed and restarted (same id and data dir): it replays its log of
+    # the successor over the predecessor's chunks in tier 2, and offsets go on densely
+    nodes[1].kill()
+    nodes[1].start()
+    with RawClient(nodes[1].bootstrap) as client:
+
+        def appended() -> int | None:
+            answer = client.request(produce_request("mv", 2, batch))
+            response = answer.responses[0].partition_responses[0]
+            return response.base_offset if response.error_code == 0 else None
+
+        assert wait_until(appended, 30, interval=0.2) == len(stored[2]) + 1
+    after = read_from_start(nodes[2].bootstrap, "mv", 4)
+    assert after[2][: len(stored[2])] == stored[2] and len(after[2]) == len(stored[2]) + 2
+    assert [o for o, _v in after[2]] == list(range(len(after[2])))
+
 
 def test_the_scaler_puts_a_split_successor_on_a_less_loaded_node(
     creator_cluster: list[Gateway],
