@@ -97,10 +97,13 @@ class ClusterView:
             nodes[segment_id] = node
 
     def segment_is_local(self, topic: str, segment_id: int) -> bool:
-        """Appends' last fence: the open segment is this node's (or of unknown owner)."""
+        """Appends' last fence: the open segment is known to be this node's."""
         if not self.enabled:
             return True
-        return self.segment_nodes.get(topic, {}).get(segment_id, self.node_id) == self.node_id
+        return self.segment_nodes.get(topic, {}).get(segment_id) == self.node_id
+
+    def set_segment_owner(self, topic: str, segment_id: int, node: int) -> None:
+        self.segment_nodes.setdefault(topic, {})[segment_id] = node
 
     def forget(self, topic: str) -> None:
         self.ranges.pop(topic, None)

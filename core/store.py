@@ -235,7 +235,7 @@ class StreamStore:
             await hand_over(
                 stream, pg, self.worker.call, decision.seal, decision.new_ranges, owners
             )
-        except (ScaleError, ValueError) as exc:
+        except Exception as exc:  # noqa: BLE001 - a refused or failed split: keep serving
             log.warning("topic %s: split to node %d refused: %s", stream.name, target, exc)
 
     def _check_local(self, stream: Stream, seal: list[int]) -> None:
@@ -282,6 +282,9 @@ class StreamStore:
         except ValueError as exc:  # ScaleError, or the metadata transaction refused it
             log.warning("topic %s: scale %s -> %s refused: %s", stream.name, seal, new_ranges, exc)
             raise ScaleError(str(exc)) from None
+        if CLUSTER.enabled:  # several nodes: the successors stay on this node
+            for successor in result.successors:
+                CLUSTER.set_segment_owner(stream.name, successor.segment_id, CLUSTER.node_id)
         log.info(
             "topic %s: %s, epoch %d: sealed %s, opened %s (%s)",
             stream.name,

@@ -47,6 +47,7 @@ def test_leaders_per_partition() -> None:
     assert [view.leader("t", p) for p in range(8)] == [1, 1, 2, 2, 2, 2, 3, 3]
     assert [view.is_local("t", p) for p in (0, 2, 7)] == [False, True, False]
     assert view.segment_is_local("t", 4) and not view.segment_is_local("t", 3)
+    assert not view.segment_is_local("t", 9)  # unknown: not appended to before a sync
     assert not view.is_local("unsynced")  # not served before the sync knows it
     view.moving["t"] = {3}
     assert not view.is_local("t", 3) and view.is_local("t", 4)

@@ -109,8 +109,11 @@ async def hand_over(
 
         try:
             result = scale(stream, seal, new_ranges, commit)
-        except ValueError as exc:
+        except ValueError as exc:  # refused: the transaction rolled back
             raise ScaleError(str(exc)) from None
+        except Exception as exc:  # outcome unknown (e.g. the connection dropped)
+            await _settle(stream, db, call, seal)
+            raise ScaleError(f"hand-over of {name!r} failed: {exc}") from None
         timings.committed_s = time.monotonic() - started
     except trio.TooSlowError:
         raise ScaleError(f"sealed data of {name!r} not in tier 2 after {timeout_s} s") from None
@@ -136,6 +139,24 @@ async def hand_over(
         timings.committed_s,
     )
     return result, timings
+
+
+async def _settle(
+    stream: Stream, db: PostgresMetadataStore, call: Call, seal: Sequence[int]
+) -> None:
+    """After a commit whose outcome is unknown, keep the partitions fenced until the
+    database says: if it committed, bring this node's view up to it (the sealed data is
+    all in tier 2, so successors kept here are reloaded from the database)."""
+    while True:
+        try:
+            rows = await call(db.load_segments, stream.name)
+            break
+        except Exception as exc:  # still unreachable: the lease decides this node's fate
+            log.warning("topic %s: hand-over outcome unknown yet: %s", stream.name, exc)
+            await trio.sleep(0.5)
+    if any(record.sealed for record, _owner in rows if record.segment_id in set(seal)):
+        await _refresh(stream, db, call)  # also records the successors' owners
+        CLUSTER.touch(stream.name)  # leaders: from the next sync
 
 
 async def apply_cluster_segments(
@@ -198,6 +219,9 @@ async def _refresh(stream: Stream, db: PostgresMetadataStore, call: Call) -> Non
         elif record.sealed and not mine.sealed:
             mine.sealed = True
             stream.segments[record.segment_id].seal()
+    for record, owner in rows:
+        if owner is not None:
+            CLUSTER.set_segment_owner(name, record.segment_id, owner)
     ownership = Ownership()
     for record in stream.record.segments:
         if not record.sealed:
