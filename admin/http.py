@@ -26,7 +26,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from admin.compaction import compaction_metrics, describe_compaction
+from admin.moves import MOVE_TIMEOUT_S, is_move, move_segment
 from core.api import ScaleResult, TopicError
+from core.cluster_view import CLUSTER
 from core.scaling.plan import ScaleError
 from core.scaling.policy import ScalingPolicy
 from core.store import StreamStore
@@ -149,6 +151,9 @@ def describe_stream(store: StreamStore, name: str) -> dict[str, Any]:
                 "first_partition": record.first_partition,
                 "last_partition": record.last_partition,
                 "state": _state(record.sealed),
+                "node": CLUSTER.segment_nodes.get(name, {}).get(record.segment_id)
+                if CLUSTER.enabled
+                else None,
                 "size_bytes": segment_log.durable_size if segment_log else 0,
                 "bytes_in": stats.bytes_in if stats else 0,
                 "records_in": stats.records_in if stats else 0,
@@ -209,11 +214,18 @@ class AdminServer:
 
     async def _handle(self, conn: trio.SocketStream) -> None:
         try:
-            with trio.fail_after(REQUEST_TIMEOUT_S):
+            with trio.fail_after(REQUEST_TIMEOUT_S) as deadline:
                 request = await _read_request(conn)
                 if request is None:
                     return
-                status, content_type, payload = self.route(*request)
+                method, path, body = request
+                parts = [unquote(p) for p in path.split("?", 1)[0].strip("/").split("/")]
+                if is_move(method, parts):  # waits for tier 2: a longer deadline
+                    deadline.deadline = trio.current_time() + MOVE_TIMEOUT_S
+                    status, answer = await move_segment(self.store, parts[1], body)
+                    status, content_type, payload = _json(status, answer)
+                else:
+                    status, content_type, payload = self.route(*request)
                 head = (
                     f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n"
                     f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n"

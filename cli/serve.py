@@ -367,6 +367,7 @@ def run(args: argparse.Namespace) -> int:
     settings.node_id = args.node_id
     settings.node_lease_s = args.node_lease_s
     settings.multi_node = args.multi_node
+    _check_placement()
     os.makedirs(settings.data_dir, exist_ok=True)
     try:
         trio.run(serve, settings)
@@ -376,3 +377,15 @@ def run(args: argparse.Namespace) -> int:
             raise
         raise SystemExit(f"streamgate: {lease[0]}") from None
     return 0
+
+
+def _check_placement() -> None:
+    """STREAMGATE_PLACEMENT (read by the store, README "Placement and moving segments")."""
+    from core.store import PLACEMENTS
+
+    placement = os.environ.get("STREAMGATE_PLACEMENT", PLACEMENTS[0])
+    if placement not in PLACEMENTS:
+        raise SystemExit(
+            f"streamgate: STREAMGATE_PLACEMENT must be one of {', '.join(PLACEMENTS)}, "
+            f"got {placement!r}"
+        )

@@ -1,7 +1,8 @@
-"""`streamgate streams describe TOPIC` and `streamgate streams scale TOPIC ...`.
+"""`streamgate streams describe TOPIC`, `streams scale TOPIC ...`, `streams move TOPIC ...`.
 
 They talk to a running gateway's admin HTTP endpoint (`serve --metrics-listen`):
-GET /streams/TOPIC and POST /streams/TOPIC/scale. Exit codes: 0 ok, 1 refused or unknown
+GET /streams/TOPIC, POST /streams/TOPIC/scale and (several nodes; ask the admin endpoint
+of the node that owns the segment) POST /streams/TOPIC/move. Exit codes: 0 ok, 1 refused or unknown
 topic, 2 no gateway reachable.
 """
 
@@ -22,6 +23,7 @@ _COLUMNS = (
     "SEGMENT",
     "PARTITIONS",
     "STATE",
+    "NODE",
     "SIZE-BYTES",
     "RECORDS-IN",
     "KIB/S",
@@ -37,7 +39,12 @@ def register(commands: Any) -> None:
     actions = streams.add_subparsers(dest="streams_command", required=True)
     describe = actions.add_parser("describe", help="epochs and segments of a topic")
     scale = actions.add_parser("scale", help="split or merge segments by hand")
-    for action in (describe, scale):
+    move = actions.add_parser(
+        "move", help="several nodes: hand an open segment over to another node"
+    )
+    move.add_argument("--segment", type=int, required=True, metavar="SEG", help="segment id")
+    move.add_argument("--to-node", type=int, required=True, metavar="N", help="target node id")
+    for action in (describe, scale, move):
         action.add_argument("topic")
         action.add_argument(
             "--admin",
@@ -53,6 +60,12 @@ def register(commands: Any) -> None:
         help="adjacent open segment ids to merge",
     )
     scale.add_argument("--parts", type=int, default=2, help="successors of a split (default 2)")
+    scale.add_argument(
+        "--to-node",
+        type=int,
+        metavar="N",
+        help="with --split, several nodes: the last successor goes to node N",
+    )
 
 
 def run_streams(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
@@ -65,6 +78,14 @@ def run_streams(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
                 return 1
             print_description(body, out)
             return 0
+        if args.streams_command == "move":
+            return _move(url, {"segment": args.segment, "to_node": args.to_node}, out)
+        if args.to_node is not None:
+            if args.split is None:
+                print("Error: --to-node goes with --split", file=sys.stderr)
+                return 1
+            request = {"segment": args.split, "to_node": args.to_node, "parts": args.parts}
+            return _move(url, request, out)
         request = (
             {"split": args.split, "parts": args.parts}
             if args.split is not None
@@ -88,12 +109,30 @@ def run_streams(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         return 2
 
 
-def _request(url: str, payload: Any = None) -> tuple[int, dict[str, Any]]:
+def _move(url: str, request: dict[str, int], out: TextIO) -> int:
+    status, body = _request(url + "/move", request, timeout=120)
+    if status != 200:
+        print(f"Error: {body.get('error')}", file=sys.stderr)
+        return 1
+    successors = ", ".join(
+        f"{s['segment_id']} [{s['first_partition']}-{s['last_partition']}]"
+        for s in body["successors"]
+    )
+    print(
+        f"{body['kind']}: epoch {body['epoch']}, sealed {body['sealed']}, opened {successors}, "
+        f"last on node {body['to_node']} (sealed data in tier 2 after {body['uploaded_s']} s, "
+        f"committed after {body['committed_s']} s)",
+        file=out,
+    )
+    return 0
+
+
+def _request(url: str, payload: Any = None, timeout: float = 10) -> tuple[int, dict[str, Any]]:
     data = None if payload is None else json.dumps(payload).encode()
     request = urllib.request.Request(url, data=data, method="GET" if data is None else "POST")
     request.add_header("Content-Type", "application/json")
     try:
-        with urllib.request.urlopen(request, timeout=10) as response:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read() or b"{}")
@@ -109,12 +148,13 @@ def print_description(body: dict[str, Any], out: TextIO) -> None:
         f"min {policy['min_segments']})",
         file=out,
     )
-    rows = [
+    rows: list[tuple[str, ...]] = [
         (
             str(s["epoch"]),
             str(s["segment_id"]),
             f"{s['first_partition']}-{s['last_partition']}",
             s["state"],
+            "-" if s.get("node") is None else str(s["node"]),
             str(s["size_bytes"]),
             str(s["records_in"]),
             f"{s['rate_kib_per_s']:.1f}",
@@ -122,6 +162,11 @@ def print_description(body: dict[str, Any], out: TextIO) -> None:
         )
         for s in sorted(body["segments"], key=lambda s: (s["epoch"], s["segment_id"]))
     ]
-    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(_COLUMNS)]
-    for row in (_COLUMNS, *rows):
+    columns: tuple[str, ...] = _COLUMNS
+    if all(s.get("node") is None for s in body["segments"]):  # one node: no NODE column
+        at = _COLUMNS.index("NODE")
+        columns = columns[:at] + columns[at + 1 :]
+        rows = [r[:at] + r[at + 1 :] for r in rows]
+    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(columns)]
+    for row in (columns, *rows):
         print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip(), file=out)

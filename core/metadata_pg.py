@@ -796,6 +796,120 @@ class PostgresMetadataStore:
             ).fetchall()
         return {str(topic): int(node) for topic, node in rows}
 
+    # --- placement and moving segments (README "Placement and moving segments") ---------
+
+    def create_topic_placed(self, topic: TopicRecord, owners: list[int]) -> None:
+        """Create a topic whose segments (in `topic.segments` order) are owned by `owners`;
+        TopicError(TOPIC_ALREADY_EXISTS) when another node created it first."""
+        topic.created_ms = topic.created_ms or int(time.time() * 1000)
+        try:
+            with self._transaction() as db:
+                db.execute(
+                    "INSERT INTO topics VALUES (%s, %s, %s, %s, %s)",
+                    (
+                        topic.name,
+                        str(topic.topic_id),
+                        topic.partitions,
+                        json.dumps(topic.configs),
+                        topic.created_ms,
+                    ),
+                )
+                db.cursor().executemany(
+                    "INSERT INTO segments (topic, segment_id, epoch, first_partition, "
+                    "last_partition, owner_node, owner_epoch) VALUES (%s, %s, %s, %s, %s, %s, 1)",
+                    [
+                        (topic.name, s.segment_id, s.epoch, s.first_partition, s.last_partition, o)
+                        for s, o in zip(topic.segments, owners, strict=True)
+                    ],
+                )
+        except psycopg.errors.UniqueViolation:
+            raise TopicError(
+                ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {topic.name!r} already exists"
+            ) from None
+
+    def node_loads(self) -> dict[int, int]:
+        """Live node -> open segments it owns (the placement load)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT n.node_id, count(s.segment_id) FROM nodes n LEFT JOIN segments s "
+                "ON s.owner_node = n.node_id AND NOT s.sealed "
+                "WHERE n.lease_expires > now() GROUP BY n.node_id"
+            ).fetchall()
+        return {int(node): int(count) for node, count in rows}
+
+    def open_segments(self) -> list[tuple[str, int, int, int, int]]:
+        """Every open segment: (topic, segment id, first, last, owner node)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT topic, segment_id, first_partition, last_partition, owner_node "
+                "FROM segments WHERE NOT sealed AND owner_node IS NOT NULL"
+            ).fetchall()
+        return [(str(t), int(s), int(f), int(la), int(o)) for t, s, f, la, o in rows]
+
+    def load_segments(self, name: str) -> list[tuple[SegmentRecord, int | None]]:
+        """The topic's segments with their owner nodes, by id."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT segment_id, epoch, first_partition, last_partition, sealed, "
+                "uploaded_end, owner_node FROM segments WHERE topic = %s ORDER BY segment_id",
+                (name,),
+            ).fetchall()
+        return [(SegmentRecord(r[0], r[1], r[2], r[3], bool(r[4]), r[5]), r[6]) for r in rows]
+
+    def save_producer_states(self, name: str, producers: list[ProducerSnapshot]) -> None:
+        with self._transaction() as db:
+            db.cursor().executemany(
+                "INSERT INTO producer_states VALUES (%s, %s, %s, %s, %s) "
+                "ON CONFLICT (topic, partition, producer_id) DO UPDATE SET "
+                "epoch = excluded.epoch, batches = excluded.batches",
+                [
+                    (name, p.partition, p.producer_id, p.epoch, json.dumps(p.batches))
+                    for p in producers
+                ],
+            )
+
+    def hand_over(
+        self,
+        name: str,
+        seal: list[int],
+        successors: list[SegmentRecord],
+        owners: list[int],
+        from_node: int,
+    ) -> None:
+        """Seal `seal` and open `successors` owned by `owners`, in one transaction: a
+        compare-and-set on the sealed segments' owner (each must be open and owned by
+        `from_node`, epochs locked with FOR UPDATE), so two nodes never own one partition.
+        ValueError when refused (nothing changed)."""
+        try:
+            with self._transaction() as db:
+                for segment_id in seal:
+                    row = db.execute(
+                        "SELECT owner_node FROM segments WHERE topic = %s AND segment_id = %s "
+                        "AND NOT sealed FOR UPDATE",
+                        (name, segment_id),
+                    ).fetchone()
+                    if row is None or row[0] != from_node:
+                        owner = "nobody" if row is None else f"node {row[0]}"
+                        raise ValueError(
+                            f"segment {segment_id} of {name!r} is not an open segment of node "
+                            f"{from_node} (open segment of {owner})"
+                        )
+                    db.execute(
+                        "UPDATE segments SET sealed = TRUE, owner_epoch = owner_epoch + 1 "
+                        "WHERE topic = %s AND segment_id = %s",
+                        (name, segment_id),
+                    )
+                db.cursor().executemany(
+                    "INSERT INTO segments (topic, segment_id, epoch, first_partition, "
+                    "last_partition, owner_node, owner_epoch) VALUES (%s, %s, %s, %s, %s, %s, 1)",
+                    [
+                        (name, s.segment_id, s.epoch, s.first_partition, s.last_partition, o)
+                        for s, o in zip(successors, owners, strict=True)
+                    ],
+                )
+        except psycopg.errors.UniqueViolation as exc:
+            raise ValueError(f"successor segment of {name!r} already exists: {exc}") from None
+
     def segment_owners(self, name: str) -> dict[int, tuple[int | None, int]]:
         """segment id -> (owner node, owner epoch) for the topic's segments."""
         with self._lock:

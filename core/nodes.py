@@ -24,6 +24,7 @@ from .cluster_view import CLUSTER
 from .fencing import FENCE
 from .metadata import CommittedOffset
 from .metadata_pg import LeaseError, PostgresMetadataStore
+from .stream.handover import apply_cluster_segments
 
 if TYPE_CHECKING:
     from .store import StreamStore
@@ -112,9 +113,18 @@ class NodeMembership:
             else:
                 CLUSTER.brokers = [(n.node_id, n.host, n.port) for n in nodes if n.live]
                 CLUSTER.owners = owners
+            await self._sync_segments(db, store)
             if self.offsets_sink is not None and cycle % 4 == 0:
                 await self._refresh_offsets(db, self.offsets_sink)
             await trio.sleep(self.settings.sync_every_s)
+
+    async def _sync_segments(self, db: PostgresMetadataStore, store: StreamStore) -> None:
+        """Per-partition leaders: every open segment's owner; open the segments other nodes
+        handed to this one (core/stream/handover.py)."""
+        try:
+            await apply_cluster_segments(store.streams, db, self._call)
+        except Exception as exc:
+            log.warning("node %d: segment sync failed: %s", self.settings.node_id, exc)
 
     async def _refresh_offsets(
         self,

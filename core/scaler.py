@@ -118,9 +118,15 @@ async def run_scaler(
             return
         meter.sample()
         policy = ScalingPolicy.from_configs(stream.record.configs)
-        if policy.kind == "fixed" or not CLUSTER.is_local(stream.name):  # owner scales
+        if policy.kind == "fixed" or not CLUSTER.leads_any(stream.name):
             continue
-        for decision in decide(meter.loads(policy.kind == "event-rate"), policy, cooldown):
+        # several nodes: each node scales the open segments it owns
+        loads = [
+            load
+            for load in meter.loads(policy.kind == "event-rate")
+            if CLUSTER.segment_is_local(stream.name, load.segment_id)
+        ]
+        for decision in decide(loads, policy, cooldown):
             log.info(
                 "scaler %s: %s %s -> %s: %s",
                 stream.name,

@@ -17,22 +17,26 @@ from dataclasses import dataclass, field
 import trio
 
 from .api import ScaleResult, TopicError, validate_topic_name
+from .cluster_view import CLUSTER
 from .compaction import CompactionSettings, Compactor
 from .errors import ErrorCode
 from .metadata import MetadataStore, SegmentRecord, SQLiteMetadataStore, TopicRecord
 from .metadata_worker import MetadataWorker
 from .scaler import RateMeter, run_scaler
+from .scaling.placement import least_loaded_other, place_segments
 from .scaling.plan import ScaleError, split_range
 from .scaling.policy import Decision
 from .segments.log import SegmentLog
 from .segments.objectstore import ObjectStore, open_object_store
 from .stream import Stream
+from .stream.handover import MoveTimings, hand_over
 from .tiering import TierManager, TierSettings
 from .topic_config import ConfigError, validate_topic_configs
 
 log = logging.getLogger(__name__)
 
 MAX_PARTITIONS_PER_TOPIC = 100_000
+PLACEMENTS = ("least-loaded", "creator")
 
 
 @dataclass(slots=True)
@@ -49,6 +53,12 @@ class StoreSettings:
     # None: SQLite in the data dir; postgresql://...: shared metadata (README "Several nodes")
     metadata_url: str | None = None
     node_id: int | None = None  # with metadata_url: this node (owner of what it creates)
+    # several active nodes: where a new topic's segments go (README "Placement and moving
+    # segments"): "least-loaded" (one segment per live node, up to the partition count) or
+    # "creator" (one segment, on the node that creates the topic)
+    placement: str = field(
+        default_factory=lambda: os.environ.get("STREAMGATE_PLACEMENT", "least-loaded")
+    )
 
 
 class StreamStore:
@@ -88,6 +98,10 @@ class StreamStore:
         """Open and recover the store, then keep segment flushers, uploads and retention
         running until `stop`."""
         os.makedirs(self._streams_dir, exist_ok=True)
+        if self.settings.placement not in PLACEMENTS:
+            raise ValueError(
+                f"placement must be one of {', '.join(PLACEMENTS)}, got {self.settings.placement!r}"
+            )
         if self.settings.metadata_url:
             from .metadata_pg import PostgresMetadataStore  # psycopg only when asked for
 
@@ -202,7 +216,38 @@ class StreamStore:
     # --- scale events ------------------------------------------------------------------
 
     def _apply_decision(self, stream: Stream, decision: Decision) -> None:
+        if CLUSTER.enabled and decision.kind == "split" and self._nursery is not None:
+            # several nodes: the last successor goes to a less loaded live node, if any
+            target = least_loaded_other(CLUSTER.open_segment_counts(), CLUSTER.node_id)
+            if target is not None:
+                self._check_local(stream, decision.seal)
+                self._nursery.start_soon(self._split_to, stream, decision, target)
+                return
         self._scale(stream, decision.seal, decision.new_ranges, f"policy: {decision.reason}")
+
+    async def _split_to(self, stream: Stream, decision: Decision, target: int) -> None:
+        from .metadata_pg import PostgresMetadataStore
+
+        pg = self.metadata
+        assert isinstance(pg, PostgresMetadataStore)
+        owners = [CLUSTER.node_id] * (len(decision.new_ranges) - 1) + [target]
+        try:
+            await hand_over(
+                stream, pg, self.worker.call, decision.seal, decision.new_ranges, owners
+            )
+        except Exception as exc:  # noqa: BLE001 - a refused or failed split: keep serving
+            log.warning("topic %s: split to node %d refused: %s", stream.name, target, exc)
+
+    def _check_local(self, stream: Stream, seal: list[int]) -> None:
+        """Several nodes: only the owner of a segment seals it (ScaleError otherwise); a
+        merge of segments on two nodes is refused (move one of them first)."""
+        for segment_id in seal:
+            if not CLUSTER.segment_is_local(stream.name, segment_id):
+                node = CLUSTER.segment_nodes.get(stream.name, {}).get(segment_id)
+                raise ScaleError(
+                    f"segment {segment_id} of {stream.name!r} is owned by node {node}; "
+                    "scale it there"
+                )
 
     def scale(self, name: str, seal: list[int], new_ranges: list[tuple[int, int]]) -> ScaleResult:
         """A manual scale event (admin endpoint). TopicError for an unknown topic,
@@ -231,11 +276,15 @@ class StreamStore:
     def _scale(
         self, stream: Stream, seal: list[int], new_ranges: list[tuple[int, int]], why: str
     ) -> ScaleResult:
+        self._check_local(stream, seal)
         try:
             result = stream.scale(seal, new_ranges)
         except ValueError as exc:  # ScaleError, or the metadata transaction refused it
             log.warning("topic %s: scale %s -> %s refused: %s", stream.name, seal, new_ranges, exc)
             raise ScaleError(str(exc)) from None
+        if CLUSTER.enabled:  # several nodes: the successors stay on this node
+            for successor in result.successors:
+                CLUSTER.set_segment_owner(stream.name, successor.segment_id, CLUSTER.node_id)
         log.info(
             "topic %s: %s, epoch %d: sealed %s, opened %s (%s)",
             stream.name,
@@ -246,6 +295,30 @@ class StreamStore:
             why,
         )
         return result
+
+    async def move(
+        self, name: str, segment_id: int, to_node: int, parts: int = 1
+    ) -> tuple[ScaleResult, MoveTimings]:
+        """Several nodes: hand open segment `segment_id` over to node `to_node` (parts=1),
+        or split it into `parts` successors, the last one on `to_node` and the others
+        here. ScaleError / TopicError when refused (README "Placement and moving
+        segments")."""
+        from .metadata_pg import PostgresMetadataStore
+
+        stream = self._existing(name)
+        pg = self.metadata
+        if not isinstance(pg, PostgresMetadataStore) or not CLUSTER.enabled:
+            raise ScaleError("moving segments needs several active nodes (--multi-node true)")
+        for first, last, owner in stream.owners():
+            if owner == segment_id:
+                ranges = [(first, last)] if parts <= 1 else split_range(first, last, parts)
+                break
+        else:
+            raise ScaleError(f"segment {segment_id} is not an open segment of {name!r}")
+        owners = [CLUSTER.node_id] * (len(ranges) - 1) + [to_node]
+        if owners == [CLUSTER.node_id]:
+            raise ScaleError(f"segment {segment_id} is on node {to_node} already")
+        return await hand_over(stream, pg, self.worker.call, [segment_id], ranges, owners)
 
     def _remove_orphan_directories(self) -> None:
         """Drop stream folders whose topic is gone (a crash in the middle of a delete)."""
@@ -298,9 +371,40 @@ class StreamStore:
             checked,
             segments=[SegmentRecord(0, 0, 0, partitions - 1)],
         )
-        self.metadata.create_topic(record)
+        if CLUSTER.enabled and self.settings.placement == "least-loaded":
+            self._create_placed(record)
+        else:
+            self.metadata.create_topic(record)
+            if CLUSTER.enabled:  # led here at once, before the next sync says so
+                CLUSTER.set_segments(name, [(0, 0, partitions - 1, CLUSTER.node_id)])
+                CLUSTER.touch(name)
         log.info("created topic %s with %d partitions", name, partitions)
         return self._open_stream(record)
+
+    def _create_placed(self, record: TopicRecord) -> None:
+        """Several nodes: min(partitions, live nodes) segments with contiguous partition
+        ranges, each on a live node, least loaded (fewest open segments) first."""
+        from .metadata_pg import PostgresMetadataStore
+
+        pg = self.metadata
+        assert isinstance(pg, PostgresMetadataStore)
+        nodes = place_segments(pg.node_loads(), record.partitions, CLUSTER.node_id)
+        ranges = (
+            split_range(0, record.partitions - 1, len(nodes))
+            if len(nodes) > 1
+            else [(0, record.partitions - 1)]
+        )
+        record.segments = [SegmentRecord(i, 0, f, last) for i, (f, last) in enumerate(ranges)]
+        pg.create_topic_placed(record, nodes)
+        CLUSTER.touch(record.name)
+        CLUSTER.set_segments(
+            record.name,
+            [
+                (s.segment_id, s.first_partition, s.last_partition, n)
+                for s, n in zip(record.segments, nodes, strict=True)
+            ],
+        )
+        log.info("topic %s: segments placed on nodes %s", record.name, nodes)
 
     def get_or_create(self, name: str) -> Stream | None:
         """The topic, auto-created with the default partition count if allowed."""
@@ -325,6 +429,7 @@ class StreamStore:
         del self.streams[name]
         self._by_id.pop(stream.topic_id, None)
         self.meters.pop(name, None)
+        CLUSTER.forget(name)
         stream.close()
         self.tier.forget_topic(stream)
         log.info("deleted topic %s", name)

@@ -30,6 +30,9 @@ from tests.nodes_fixtures import gateway_args, pg_url, postgres, requires_postgr
 
 pytestmark = requires_postgres
 NOT_LEADER_OR_FOLLOWER = 6
+# these tests assume a topic is led by the node that created it (placement "creator";
+# least-loaded placement is tested in tests/test_nodes_move.py)
+CREATOR_PLACEMENT = {"STREAMGATE_PLACEMENT": "creator"}
 
 
 @pytest.fixture
@@ -39,6 +42,7 @@ def cluster(tmp_path: Path, pg_url: str):  # noqa: F811
             tmp_path / f"n{i}",
             tmp_path / f"n{i}.log",
             [*gateway_args(pg_url, i), "--multi-node", "true", "--tier2", str(tmp_path / "t2")],
+            env=CREATOR_PLACEMENT,
         )
         for i in (1, 2, 3)
     ]
@@ -129,6 +133,7 @@ def test_a_node_killed_under_load_loses_nothing_and_the_others_keep_serving(
             tmp_path / f"k{i}",
             tmp_path / f"k{i}.log",
             [*gateway_args(pg_url, i, lease_s=1.0), "--multi-node", "true"],
+            env=CREATOR_PLACEMENT,
         )
         for i in (1, 2, 3)
     ]

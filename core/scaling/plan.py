@@ -18,13 +18,18 @@ class ScaleError(ValueError):
 
 
 def check_scale(
-    owners: Sequence[tuple[int, int, int]], seal: Sequence[int], new_ranges: Sequence[Range]
+    owners: Sequence[tuple[int, int, int]],
+    seal: Sequence[int],
+    new_ranges: Sequence[Range],
+    allow_move: bool = False,
 ) -> tuple[str, list[Range]]:
     """Validate a scale request against the open segments `owners` ((first, last, id), sorted).
 
-    Returns ("split" | "merge", the new ranges sorted). Raises ScaleError when a segment is
-    unknown or not open, the sealed segments are not adjacent, the new ranges do not tile
-    their partitions exactly, or the shape is neither a split nor a merge.
+    Returns ("split" | "merge", the new ranges sorted); with `allow_move` a segment may
+    also be replaced by one successor with the same range ("move": to another node).
+    Raises ScaleError when a segment is unknown or not open, the sealed segments are not
+    adjacent, the new ranges do not tile their partitions exactly, or the shape is neither
+    a split nor a merge.
     """
     if not seal:
         raise ScaleError("nothing to seal")
@@ -56,6 +61,8 @@ def check_scale(
         return "split", ranges
     if len(sealed) >= 2 and len(ranges) == 1:
         return "merge", ranges
+    if len(sealed) == 1 and allow_move:
+        return "move", ranges
     if len(sealed) == 1:
         raise ScaleError("a split needs at least two successors")
     raise ScaleError("a scale event is a split (1 -> n) or a merge (n -> 1)")

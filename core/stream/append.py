@@ -89,7 +89,7 @@ def start_append(
         return AppendResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     if not FENCE.valid():  # nothing is written once this node's lease lapsed
         return AppendResult(ErrorCode.NOT_LEADER_OR_FOLLOWER, message="node lease lost")
-    if not CLUSTER.is_local(stream.name):  # another node owns the topic's segments
+    if not CLUSTER.is_local(stream.name, index):  # another node owns its segment
         return AppendResult(ErrorCode.NOT_LEADER_OR_FOLLOWER, message="another node leads")
     # Tier 2 is behind (or down): retriable, nothing is written (a marker still goes in).
     if stream.usage.full and not marker:
@@ -116,6 +116,8 @@ def start_append(
             )
             return AppendResult(ErrorCode.INVALID_RECORD, message=why)
     segment_id = stream.ownership.owner_of(index)
+    if not CLUSTER.segment_is_local(stream.name, segment_id):  # handed over: fenced
+        return AppendResult(ErrorCode.NOT_LEADER_OR_FOLLOWER, message="another node leads")
     segment = stream.segments[segment_id]
     stats = stream.stats[segment_id]
     first_offset: int | None = None

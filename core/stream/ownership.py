@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import bisect
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from ..api import ScaleResult
@@ -56,7 +56,10 @@ class Ownership:
 
 
 def scale(
-    stream: Stream, seal: Sequence[int], new_ranges: Sequence[tuple[int, int]]
+    stream: Stream,
+    seal: Sequence[int],
+    new_ranges: Sequence[tuple[int, int]],
+    commit: Callable[[list[SegmentRecord]], None] | None = None,
 ) -> ScaleResult:
     """Seal open segments `seal` and open successors owning `new_ranges` (epoch + 1).
 
@@ -67,12 +70,18 @@ def scale(
     later one goes to the successors. The sealed logs drain their queues and stay open
     for reads; successors flush only after their predecessors drained. A crash before
     the commit leaves orphan files that `recovery.open_segments` removes.
+
+    `commit` replaces the metadata transaction (core/stream/handover.py: successors owned
+    by other nodes, a compare-and-set on the sealed segments' owner); it also allows a
+    "move" (one successor with the sealed segment's range).
     """
     if stream.metadata is None or stream.spawn_flusher is None:
         raise ScaleError("stream is not attached to a store")
     if stream.deleted:
         raise ScaleError("stream is deleted")
-    kind, ranges = check_scale(stream.ownership.ranges(), seal, new_ranges)
+    kind, ranges = check_scale(
+        stream.ownership.ranges(), seal, new_ranges, allow_move=commit is not None
+    )
     next_id = max(stream.segments) + 1
     epoch = stream.epoch + 1
     successors = [
@@ -82,7 +91,10 @@ def scale(
     logs = [stream.new_log(s.segment_id, predecessors) for s in successors]
     crash_point("scale-before-commit")
     try:
-        stream.metadata.scale_segments(stream.name, list(seal), successors)
+        if commit is None:
+            stream.metadata.scale_segments(stream.name, list(seal), successors)
+        else:
+            commit(successors)
     except BaseException:
         for segment_log in logs:
             segment_log.close()  # no file exists before the first write
@@ -102,7 +114,7 @@ def scale(
         stream.stats[record.segment_id] = SegmentStats(now)
         stream.spawn_flusher(segment_log)
     stream.ownership.replace(sealed, successors)
-    stream.scale_events[kind] += 1
+    stream.scale_events[kind] = stream.scale_events.get(kind, 0) + 1
     return ScaleResult(kind, epoch, list(seal), successors)
 
 

@@ -117,6 +117,12 @@ class Stream:
             partition = self._partitions[index] = Partition(index)
         return partition
 
+    def reset_partition(self, index: int) -> Partition:
+        """A fresh, empty partition object (a node taking over a partition from another
+        reloads it from the database: core/stream/handover.py)."""
+        partition = self._partitions[index] = Partition(index)
+        return partition
+
     def iter_partitions(self) -> list[tuple[int, Partition]]:
         """The partitions that exist in memory (used or replayed); idle ones do not."""
         return list(self._partitions.items())

@@ -119,12 +119,14 @@ def _with_topic_operations(ctx: GatewayContext, topic: TopicMetadata) -> TopicMe
 
 def _topic_metadata(topic: Topic) -> TopicMetadata:
     leader = CLUSTER.leader(topic.name)  # several nodes: the owner of its segments
+    ranges = CLUSTER.leader_ranges(topic.name, topic.partition_count)  # per-partition leaders
     return TopicMetadata(
         ErrorCode.NONE,
         topic.name,
         topic.partition_count,
         topic.topic_id,
         leader=-1 if leader is None else leader,
+        leader_ranges=tuple(ranges) if ranges else None,
     )
 
 

@@ -193,7 +193,7 @@ async def _read_fetch(
                 partitions.append(PartitionData(part.partition, unknown))
                 has_error = True
                 continue
-            if not CLUSTER.is_local(stream.name):  # several nodes: another one leads
+            if not CLUSTER.is_local(stream.name, part.partition):  # another node leads it
                 partitions.append(PartitionData(part.partition, ErrorCode.NOT_LEADER_OR_FOLLOWER))
                 has_error = True
                 continue
@@ -266,7 +266,7 @@ async def list_offsets(ctx: GatewayContext, header: RequestHeader, body: Any) ->
             }
             if stream is None or not stream.has_partition(part.partition_index):
                 result["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            elif not CLUSTER.is_local(stream.name):
+            elif not CLUSTER.is_local(stream.name, part.partition_index):
                 result["error_code"] = ErrorCode.NOT_LEADER_OR_FOLLOWER
             else:
                 partition = stream.partition(part.partition_index)

@@ -29,11 +29,19 @@ class TopicMetadata:
     topic_id: uuid.UUID = uuid.UUID(int=0)
     authorized_operations: int = _NO_OPERATIONS  # KIP-430, v8+
     leader: int = -1  # -1: this node (several nodes: the topic's owner)
+    # several nodes, partitions led by different nodes: (first, last, leader or -1)
+    leader_ranges: tuple[tuple[int, int, int], ...] | None = None
 
 
 @lru_cache(maxsize=512)
 def _partitions(version: int, node_id: int, count: int) -> bytes:
     """The encoded partitions array of a topic whose partitions 0..count-1 this node leads."""
+    return array_len(count, version >= 9) + _partition_items(version, node_id, 0, count - 1)
+
+
+@lru_cache(maxsize=512)
+def _partition_items(version: int, node_id: int, first: int, last: int) -> bytes:
+    """The encoded entries of partitions first..last, all led by `node_id`."""
     flexible = version >= 9
     nodes = array_len(1, flexible) + I32.pack(node_id)
     tail = nodes + nodes  # replicas, in-sync replicas
@@ -41,13 +49,13 @@ def _partitions(version: int, node_id: int, count: int) -> bytes:
         tail += array_len(0, flexible)  # offline replicas
     if flexible:
         tail += b"\x00"
-    parts = [array_len(count, flexible)]
+    parts: list[bytes] = []
     if version >= 7:
         pack = _PARTITION_V7.pack
-        parts.extend(pack(0, i, node_id, 0) + tail for i in range(count))
+        parts.extend(pack(0, i, node_id, 0) + tail for i in range(first, last + 1))
     else:
         pack = _PARTITION_V0.pack
-        parts.extend(pack(0, i, node_id) + tail for i in range(count))
+        parts.extend(pack(0, i, node_id) + tail for i in range(first, last + 1))
     return b"".join(parts)
 
 
@@ -86,8 +94,13 @@ def encode_metadata_response(
             out.append(topic.topic_id.bytes)
         if version >= 1:
             out.append(b"\x00")  # is_internal
-        leader = node_id if topic.leader < 0 else topic.leader
-        out.append(_partitions(version, leader, topic.partitions))
+        if topic.leader_ranges:
+            out.append(array_len(topic.partitions, flexible))
+            for first, last, node in topic.leader_ranges:
+                out.append(_partition_items(version, node_id if node < 0 else node, first, last))
+        else:
+            leader = node_id if topic.leader < 0 else topic.leader
+            out.append(_partitions(version, leader, topic.partitions))
         if version >= 8:
             out.append(I32.pack(topic.authorized_operations))
         if flexible:
