@@ -218,7 +218,8 @@ def register(commands: argparse._SubParsersAction) -> None:
         default=int(_env("NODES", "1") or 1),
         help="run N nodes on this machine under one supervisor: an embedded PostgreSQL in "
         "DATA_DIR/postgres (unless --metadata), node i on --listen's port+i-1 with data in "
-        "DATA_DIR/node-<i>, one shared tier 2 (STREAMGATE_NODES, default 1: one process)",
+        "DATA_DIR/node-<i>, one shared tier 2 (STREAMGATE_NODES, default 1: one process; "
+        "--nodes 1 --multi-node true: a one-node cluster)",
     )
     serve_cmd.add_argument(
         "--node-lease-s",
@@ -322,7 +323,8 @@ def _raise_open_file_limit() -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.nodes != 1:
+    # --nodes 1 --multi-node true (no --metadata): a one-node cluster under the supervisor
+    if args.nodes != 1 or (args.multi_node and not args.metadata):
         from cli import supervisor  # README "Several nodes": serve --nodes N
 
         return supervisor.run(_PARSER[0], args)

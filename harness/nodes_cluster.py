@@ -107,6 +107,8 @@ class NodesCluster(ManagedProcess):
             str(self.data_dir),
             "--default-partitions",
             str(self.default_partitions),
+            "--multi-node",  # with --nodes 1: still the supervisor and PostgreSQL
+            "true",
             *self.extra_args,
         ]
 

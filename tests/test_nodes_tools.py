@@ -125,4 +125,8 @@ def test_java_tools_and_kafka_python_across_three_nodes(cluster: NodesCluster) -
         return _tool("kafka-topics.sh", ["--bootstrap-server", bootstrap, "--list"]).split()
 
     for bootstrap in (b1, b2):
-        wait_until(lambda b=bootstrap: TOPIC not in listed(b), 20, interval=0.5)
+
+        def gone(b: str = bootstrap) -> bool:
+            return TOPIC not in listed(b)
+
+        wait_until(gone, 20, interval=0.5)
