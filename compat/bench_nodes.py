@@ -185,33 +185,37 @@ def _leaders_known(bootstrap: str, topics: list[str], nodes: int) -> bool:
     return True
 
 
-def _scale_out(work: Path, nodes: int, records: int, size: int) -> dict[str, Any]:
-    """`serve --nodes N`: one topic created on (so led by) each node, one producer per
-    topic at once, then one consumer per topic at once."""
+def _scale_out(work: Path, nodes: int, records: int, size: int, rounds: int) -> dict[str, Any]:
+    """`serve --nodes N`: per round, one new topic created on (so led by) each node, one
+    producer per topic at once, then one consumer per topic at once; medians of rounds."""
     cluster = NodesCluster(work / f"scale{nodes}", nodes, default_partitions=PARTITIONS)
     cluster.start()
     try:
-        topics = []
-        for i, bootstrap in enumerate(cluster.bootstraps, start=1):
-            topic = f"scale-{i}"
-            admin = AdminClient({"bootstrap.servers": bootstrap})
-            admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS)])[topic].result(20)
-            topics.append(topic)
-        deadline = time.monotonic() + 30
-        while not all(_leaders_known(b, topics, nodes) for b in cluster.bootstraps):
-            assert time.monotonic() < deadline, "leaders not known on every node"
-            time.sleep(0.2)
-        # each client bootstraps on the node leading its topic (any node would do)
-        targets = list(zip(cluster.bootstraps, topics, strict=True))
-        produce_s = _produce_at_once(targets, records, size)
-        consume_s = _consume_at_once(targets, records)
+        produce, consume = [], []
+        for r in range(rounds):
+            topics = []
+            for i, bootstrap in enumerate(cluster.bootstraps, start=1):
+                topic = f"scale-{r}-{i}"
+                admin = AdminClient({"bootstrap.servers": bootstrap})
+                admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS)])[topic].result(20)
+                topics.append(topic)
+            deadline = time.monotonic() + 30
+            while not all(_leaders_known(b, topics, nodes) for b in cluster.bootstraps):
+                assert time.monotonic() < deadline, "leaders not known on every node"
+                time.sleep(0.2)
+            # each client bootstraps on the node leading its topic (any node would do)
+            targets = list(zip(cluster.bootstraps, topics, strict=True))
+            produce.append(_produce_at_once(targets, records, size))
+            consume.append(_consume_at_once(targets, records))
         total = records * nodes
+        produce_s, consume_s = statistics.median(produce), statistics.median(consume)
         return {
             "nodes": nodes,
             "records": total,
-            "produce_seconds": round(produce_s, 2),
+            "rounds": rounds,
+            "produce_seconds": [round(x, 2) for x in produce],
             "produce_records_per_s": round(total / produce_s),
-            "consume_seconds": round(consume_s, 2),
+            "consume_seconds": [round(x, 2) for x in consume],
             "consume_records_per_s": round(total / consume_s),
         }
     finally:
@@ -301,7 +305,8 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         f"commit {prov.get('commit', '?')}{' (dirty)' if prov.get('dirty') else ''}, "
         f"{result['record_bytes']}-byte records, acks=all, idempotent confluent-kafka, "
-        f"{result['partitions']} partitions per topic, one topic created on each node.",
+        f"{result['partitions']} partitions per topic, one topic created on each node; "
+        "medians of rounds.",
         "",
         "| nodes | records | produce rec/s | x | consume rec/s | x |",
         "| --- | --- | --- | --- | --- | --- |",
@@ -330,7 +335,8 @@ def main() -> int:
     parser.add_argument("--failover-rounds", type=int, default=3)
     parser.add_argument("--leases", default="1,3", help="lease lengths (s) to time failover")
     parser.add_argument("--nodes", default="1,2,4", help="active node counts to compare")
-    parser.add_argument("--scale-records", type=int, default=30_000, help="per node")
+    parser.add_argument("--scale-records", type=int, default=200_000, help="per node")
+    parser.add_argument("--rounds", type=int, default=3, help="scale-out rounds (median)")
     parser.add_argument("--skip-metadata-compare", action="store_true")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     args = parser.parse_args()
@@ -356,7 +362,7 @@ def main() -> int:
                 gw.close()
             print(name, result[f"throughput_{name}"], flush=True)
         result["scale_out"] = [
-            _scale_out(work, n, args.scale_records, args.size)
+            _scale_out(work, n, args.scale_records, args.size, args.rounds)
             for n in (int(x) for x in args.nodes.split(","))
         ]
         first = result["scale_out"][0]

@@ -9,7 +9,8 @@ from the shared database and makes this node's open streams agree with it:
   memory (the database already holds the change);
 - other configs (AlterConfigs on another node) replace the ones in memory.
 Only streams that were open before the database was read are compared, so a topic created
-here while the query ran is never mistaken for a deleted one.
+here while the query ran is never mistaken for a deleted one, and configs replaced here
+meanwhile are not put back to the older ones read.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ TopicHeads = dict[str, tuple[uuid.UUID, int, dict[str, str]]]
 async def reconcile(store: StreamStore, read_heads: Callable[[], Awaitable[TopicHeads]]) -> None:
     """Read the heads (after noting which streams are open) and apply them."""
     before: dict[str, Stream] = dict(store.streams)
+    # a change made here while the query ran is newer than what it read: keep it
+    configs_before = {name: stream.record.configs for name, stream in before.items()}
     heads = await read_heads()
     for name, stream in before.items():
         if store.streams.get(name) is not stream:
@@ -49,6 +52,6 @@ async def reconcile(store: StreamStore, read_heads: Callable[[], Awaitable[Topic
                 log.warning("topic %s: cannot grow to %d partitions: %s", name, partitions, exc)
             else:
                 log.info("topic %s: %d partitions (grown on another node)", name, partitions)
-        if configs != stream.record.configs:
+        if configs != stream.record.configs and stream.record.configs is configs_before[name]:
             stream.record.configs = configs
             log.info("topic %s: configs changed on another node: %s", name, configs)
