@@ -9,7 +9,8 @@
   PostgreSQL, N nodes) for N = 1, 2, 4: one topic created on each node (so each node leads
   one: a topic is led by its creator until placement spreads segments), one producer per
   topic at once (aggregate produce records/s), then one consumer per topic at once
-  (aggregate consume records/s); ratios to one node. Same clients for every N.
+  (aggregate consume records/s); ratios to one node. Same clients for every N, each in a
+  process of its own.
 * failover through `serve --nodes 2`: a producer sends continuously to a topic led by
   node 1; node 1 is SIGKILLed and the supervisor restarts it (same id and data dir, after
   its backoff and the killed incarnation's lease); we time kill -> first acknowledged record
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import shutil
 import statistics
 import sys
@@ -105,73 +107,85 @@ def _throughput(bootstrap: str, records: int, size: int) -> dict[str, float]:
     }
 
 
-def _produce_at_once(targets: list[tuple[str, str]], records: int, size: int) -> float:
-    """One idempotent acks=all producer per (bootstrap, topic), all at once; wall seconds."""
+def _produce_one(bootstrap: str, topic: str, records: int, size: int) -> None:
+    """One idempotent acks=all producer writing `records` to `topic`."""
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": 5,
+            "batch.size": 262144,
+        }
+    )
     payload = b"x" * size
+    for i in range(records):
+        while True:
+            try:
+                producer.produce(topic, value=payload, key=str(i % 64).encode())
+                break
+            except BufferError:
+                producer.poll(0.01)
+    assert producer.flush(300) == 0
 
-    def produce(bootstrap: str, topic: str) -> None:
-        producer = Producer(
-            {
-                "bootstrap.servers": bootstrap,
-                "acks": "all",
-                "enable.idempotence": True,
-                "linger.ms": 5,
-                "batch.size": 262144,
-            }
-        )
-        for i in range(records):
-            while True:
-                try:
-                    producer.produce(topic, value=payload, key=str(i % 64).encode())
-                    break
-                except BufferError:
-                    producer.poll(0.01)
-        assert producer.flush(300) == 0
 
-    return _at_once(produce, targets)
+def _consume_one(bootstrap: str, topic: str, records: int) -> None:
+    """One consumer reading `records` from offset 0 of every partition of `topic`."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-{uuid.uuid4().hex[:6]}",
+            "enable.auto.commit": False,
+            "fetch.max.bytes": 52428800,
+        }
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    got = 0
+    deadline = time.monotonic() + 300
+    while got < records and time.monotonic() < deadline:
+        got += sum(1 for m in consumer.consume(1000, 1.0) if m.error() is None)
+    consumer.close()
+    assert got >= records, f"{topic}: read {got} of {records}"
+
+
+def _client_process(fn_name: str, args: tuple[Any, ...], barrier: Any, results: Any) -> None:
+    try:
+        barrier.wait()
+        started = time.time()
+        globals()[fn_name](*args)
+        results.put((started, time.time(), ""))
+    except BaseException as exc:  # reported by the parent
+        results.put((0.0, 0.0, repr(exc)))
+
+
+def _at_once(fn_name: str, calls: list[tuple[Any, ...]]) -> float:
+    """Run `fn_name(*args)` for every args at once, each in its own process (threads would
+    measure the GIL: two busy client threads in one interpreter slow each other down
+    several times); wall seconds from the common start to the last end."""
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(len(calls))
+    results = ctx.Queue()
+    procs = [
+        ctx.Process(target=_client_process, args=(fn_name, args, barrier, results))
+        for args in calls
+    ]
+    for proc in procs:
+        proc.start()
+    got = [results.get(timeout=600) for _ in procs]
+    for proc in procs:
+        proc.join(60)
+    errors = [err for _, _, err in got if err]
+    if errors:
+        raise RuntimeError(f"{fn_name}: {errors[0]}")
+    return max(end for _, end, _ in got) - min(start for start, _, _ in got)
+
+
+def _produce_at_once(targets: list[tuple[str, str]], records: int, size: int) -> float:
+    return _at_once("_produce_one", [(b, t, records, size) for b, t in targets])
 
 
 def _consume_at_once(targets: list[tuple[str, str]], records: int) -> float:
-    """One consumer per (bootstrap, topic) reading its `records` from offset 0; wall s."""
-
-    def consume(bootstrap: str, topic: str) -> None:
-        consumer = Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": f"bench-{uuid.uuid4().hex[:6]}",
-                "enable.auto.commit": False,
-                "fetch.max.bytes": 52428800,
-            }
-        )
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-        got = 0
-        deadline = time.monotonic() + 300
-        while got < records and time.monotonic() < deadline:
-            got += sum(1 for m in consumer.consume(1000, 1.0) if m.error() is None)
-        consumer.close()
-        assert got >= records, f"{topic}: read {got} of {records}"
-
-    return _at_once(consume, targets)
-
-
-def _at_once(fn: Any, targets: list[tuple[str, str]]) -> float:
-    errors: list[BaseException] = []
-
-    def run(bootstrap: str, topic: str) -> None:
-        try:
-            fn(bootstrap, topic)
-        except BaseException as exc:  # reported by the caller
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=t) for t in targets]
-    started = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    return time.perf_counter() - started
+    return _at_once("_consume_one", [(b, t, records) for b, t in targets])
 
 
 def _leaders_known(bootstrap: str, topics: list[str], nodes: int) -> bool:
@@ -206,6 +220,7 @@ def _scale_out(work: Path, nodes: int, records: int, size: int, rounds: int) -> 
             # each client bootstraps on the node leading its topic (any node would do)
             targets = list(zip(cluster.bootstraps, topics, strict=True))
             produce.append(_produce_at_once(targets, records, size))
+            time.sleep(1.0)  # the consumers start on a settled cluster
             consume.append(_consume_at_once(targets, records))
         total = records * nodes
         produce_s, consume_s = statistics.median(produce), statistics.median(consume)
