@@ -44,9 +44,13 @@ def _env(name: str, default: str | None = None) -> str | None:
     return os.environ.get(f"STREAMGATE_{name}", default)
 
 
+_PARSER: list[argparse.ArgumentParser] = []  # serve's parser: --nodes N passes flags on
+
+
 def register(commands: argparse._SubParsersAction) -> None:
     """Add the `serve` command."""
     serve_cmd = commands.add_parser("serve", help="run the Kafka-protocol gateway")
+    _PARSER[:] = [serve_cmd]
     serve_cmd.set_defaults(run=run)
     listen = _env("LISTEN")
     serve_cmd.add_argument(
@@ -209,6 +213,15 @@ def register(commands: argparse._SubParsersAction) -> None:
         "the node that created it (STREAMGATE_MULTI_NODE; experimental, default false)",
     )
     serve_cmd.add_argument(
+        "--nodes",
+        type=int,
+        default=int(_env("NODES", "1") or 1),
+        help="run N nodes on this machine under one supervisor: an embedded PostgreSQL in "
+        "DATA_DIR/postgres (unless --metadata), node i on --listen's port+i-1 with data in "
+        "DATA_DIR/node-<i>, one shared tier 2 (STREAMGATE_NODES, default 1: one process; "
+        "--nodes 1 --multi-node true: a one-node cluster)",
+    )
+    serve_cmd.add_argument(
         "--node-lease-s",
         type=float,
         default=float(_env("NODE_LEASE_S", "3") or 3),
@@ -310,6 +323,11 @@ def _raise_open_file_limit() -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # --nodes 1 --multi-node true (no --metadata): a one-node cluster under the supervisor
+    if args.nodes != 1 or (args.multi_node and not args.metadata):
+        from cli import supervisor  # README "Several nodes": serve --nodes N
+
+        return supervisor.run(_PARSER[0], args)
     try:
         listeners, advertised_listeners = _resolve_listeners(args)
         mechanisms = parse_mechanisms(args.sasl_enabled_mechanisms)

@@ -5,12 +5,16 @@
   and once with `--metadata postgresql://...` (a real PostgreSQL from harness/postgres.py).
 * commit latency: synchronous OffsetCommit round trips (a metadata commit each: SQLite
   fsync vs a PostgreSQL transaction).
-* failover: a producer sends continuously; the node is SIGKILLed and restarted at once
-  (same node id and data dir). The restart must wait for the killed incarnation's lease to
-  expire; we time kill -> first acknowledged record after the restart, per lease length.
-
-* scale-out: 1, 2 and 4 active nodes (`--multi-node`), one topic led by each and one
-  producer per node at once; aggregate produce records/s and the ratio to one node.
+* scale-out through `streamgate serve --nodes N` (the user's path: supervisor, embedded
+  PostgreSQL, N nodes) for N = 1, 2, 4: one topic created on each node (so each node leads
+  one: a topic is led by its creator until placement spreads segments), one producer per
+  topic at once (aggregate produce records/s), then one consumer per topic at once
+  (aggregate consume records/s); ratios to one node. Same clients for every N, each in a
+  process of its own.
+* failover through `serve --nodes 2`: a producer sends continuously to a topic led by
+  node 1; node 1 is SIGKILLed and the supervisor restarts it (same id and data dir, after
+  its backoff and the killed incarnation's lease); we time kill -> first acknowledged record
+  after the restart, per lease length.
 
 Results: a table and JSON with provenance (compat/results/nodes.json).
 """
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import shutil
 import statistics
 import sys
@@ -37,6 +42,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
 from harness.gateway import Gateway  # noqa: E402
+from harness.nodes_cluster import NodesCluster  # noqa: E402
 from harness.postgres import PostgresServer  # noqa: E402
 from harness.provenance import provenance  # noqa: E402
 
@@ -101,9 +107,147 @@ def _throughput(bootstrap: str, records: int, size: int) -> dict[str, float]:
     }
 
 
-def _failover(gw: Gateway, rounds: int) -> list[float]:
-    """Seconds from SIGKILL to the first record acknowledged by the restarted node."""
+def _produce_one(bootstrap: str, topic: str, records: int, size: int) -> None:
+    """One idempotent acks=all producer writing `records` to `topic`."""
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": 5,
+            "batch.size": 262144,
+        }
+    )
+    payload = b"x" * size
+    for i in range(records):
+        while True:
+            try:
+                producer.produce(topic, value=payload, key=str(i % 64).encode())
+                break
+            except BufferError:
+                producer.poll(0.01)
+    assert producer.flush(300) == 0
+
+
+def _consume_one(bootstrap: str, topic: str, records: int) -> None:
+    """One consumer reading `records` from offset 0 of every partition of `topic`."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-{uuid.uuid4().hex[:6]}",
+            "enable.auto.commit": False,
+            "fetch.max.bytes": 52428800,
+        }
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    got = 0
+    deadline = time.monotonic() + 300
+    while got < records and time.monotonic() < deadline:
+        got += sum(1 for m in consumer.consume(1000, 1.0) if m.error() is None)
+    consumer.close()
+    assert got >= records, f"{topic}: read {got} of {records}"
+
+
+def _client_process(fn_name: str, args: tuple[Any, ...], barrier: Any, results: Any) -> None:
+    try:
+        barrier.wait()
+        started = time.time()
+        globals()[fn_name](*args)
+        results.put((started, time.time(), ""))
+    except BaseException as exc:  # reported by the parent
+        results.put((0.0, 0.0, repr(exc)))
+
+
+def _at_once(fn_name: str, calls: list[tuple[Any, ...]]) -> float:
+    """Run `fn_name(*args)` for every args at once, each in its own process (threads would
+    measure the GIL: two busy client threads in one interpreter slow each other down
+    several times); wall seconds from the common start to the last end."""
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(len(calls))
+    results = ctx.Queue()
+    procs = [
+        ctx.Process(target=_client_process, args=(fn_name, args, barrier, results))
+        for args in calls
+    ]
+    for proc in procs:
+        proc.start()
+    got = [results.get(timeout=600) for _ in procs]
+    for proc in procs:
+        proc.join(60)
+    errors = [err for _, _, err in got if err]
+    if errors:
+        raise RuntimeError(f"{fn_name}: {errors[0]}")
+    return max(end for _, end, _ in got) - min(start for start, _, _ in got)
+
+
+def _produce_at_once(targets: list[tuple[str, str]], records: int, size: int) -> float:
+    return _at_once("_produce_one", [(b, t, records, size) for b, t in targets])
+
+
+def _consume_at_once(targets: list[tuple[str, str]], records: int) -> float:
+    return _at_once("_consume_one", [(b, t, records) for b, t in targets])
+
+
+def _leaders_known(bootstrap: str, topics: list[str], nodes: int) -> bool:
+    meta = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10)
+    if len(meta.brokers) != nodes:
+        return False
+    for i, topic in enumerate(topics, start=1):
+        t = meta.topics.get(topic)
+        if t is None or {p.leader for p in t.partitions.values()} != {i}:
+            return False
+    return True
+
+
+def _scale_out(work: Path, nodes: int, records: int, size: int, rounds: int) -> dict[str, Any]:
+    """`serve --nodes N`: per round, one new topic created on (so led by) each node, one
+    producer per topic at once, then one consumer per topic at once; medians of rounds."""
+    cluster = NodesCluster(work / f"scale{nodes}", nodes, default_partitions=PARTITIONS)
+    cluster.start()
+    try:
+        produce, consume = [], []
+        for r in range(rounds):
+            topics = []
+            for i, bootstrap in enumerate(cluster.bootstraps, start=1):
+                topic = f"scale-{r}-{i}"
+                admin = AdminClient({"bootstrap.servers": bootstrap})
+                admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS)])[topic].result(20)
+                topics.append(topic)
+            deadline = time.monotonic() + 30
+            while not all(_leaders_known(b, topics, nodes) for b in cluster.bootstraps):
+                assert time.monotonic() < deadline, "leaders not known on every node"
+                time.sleep(0.2)
+            # each client bootstraps on the node leading its topic (any node would do)
+            targets = list(zip(cluster.bootstraps, topics, strict=True))
+            produce.append(_produce_at_once(targets, records, size))
+            time.sleep(1.0)  # the consumers start on a settled cluster
+            consume.append(_consume_at_once(targets, records))
+        total = records * nodes
+        produce_s, consume_s = statistics.median(produce), statistics.median(consume)
+        return {
+            "nodes": nodes,
+            "records": total,
+            "rounds": rounds,
+            "produce_seconds": [round(x, 2) for x in produce],
+            "produce_records_per_s": round(total / produce_s),
+            "consume_seconds": [round(x, 2) for x in consume],
+            "consume_records_per_s": round(total / consume_s),
+        }
+    finally:
+        cluster.close()
+
+
+def _failover(work: Path, lease: str, rounds: int) -> list[float]:
+    """`serve --nodes 2 --node-lease-s LEASE`: seconds from SIGKILL of node 1 to the first
+    record acknowledged by its restarted process (the supervisor restarts it)."""
+    cluster = NodesCluster(
+        work / f"failover{lease}", 2, ["--node-lease-s", lease], default_partitions=1
+    )
+    cluster.start()
     topic = f"failover-{uuid.uuid4().hex[:6]}"
+    b1 = cluster.bootstraps[0]
+    admin = AdminClient({"bootstrap.servers": b1})
+    admin.create_topics([NewTopic(topic, num_partitions=1)])[topic].result(20)
     acked_at: list[float] = []
     lock = threading.Lock()
 
@@ -114,7 +258,7 @@ def _failover(gw: Gateway, rounds: int) -> list[float]:
 
     producer = Producer(
         {
-            "bootstrap.servers": gw.bootstrap,
+            "bootstrap.servers": cluster.bootstrap,
             "acks": "all",
             "enable.idempotence": True,
             "linger.ms": 1,
@@ -141,102 +285,62 @@ def _failover(gw: Gateway, rounds: int) -> list[float]:
         time.sleep(1.5)
         for _ in range(rounds):
             killed = time.monotonic()
-            gw.kill()
+            pid = cluster.kill_node(1)
             # acks the dead process sent may still be in librdkafka's queue: only count
             # those reported once it is gone (plus a margin for the 2 ms poll loop)
             dead = time.monotonic() + 0.05
-            gw.start()
             while True:
                 with lock:
                     after = [t for t in acked_at if t > dead]
                 if after:
                     times.append(round(min(after) - killed, 3))
                     break
+                assert time.monotonic() - killed < 120, "no ack after the restart"
                 time.sleep(0.005)
+            cluster.wait_restarted(1, pid)
             time.sleep(1.0)
     finally:
         stop.set()
         thread.join(120)
+        cluster.close()
     return times
-
-
-def _scale_out(pg: PostgresServer, work: Path, nodes: int, records: int, size: int) -> Any:
-    """`nodes` active nodes (--multi-node), one topic led by each, one producer
-    thread per node writing `records` to its node's topic at once; aggregate records/s."""
-    url = _new_database(pg, f"scale{nodes}")
-    gws = [
-        Gateway(
-            work / f"s{nodes}-{i}",
-            work / f"s{nodes}-{i}.log",
-            [
-                "--metadata",
-                url,
-                "--node-id",
-                str(i),
-                "--multi-node",
-                "true",
-                "--tier2",
-                str(work / f"s{nodes}-tier2"),
-            ],
-        )
-        for i in range(1, nodes + 1)
-    ]
-    try:
-        for gw in gws:
-            gw.start_fresh()
-        topics = []
-        for i, gw in enumerate(gws, start=1):
-            topic = f"scale-{i}"
-            admin = AdminClient({"bootstrap.servers": gw.bootstrap})
-            admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS)])[topic].result(20)
-            topics.append((gw.bootstrap, topic))
-        time.sleep(1.5)  # every node has synced every topic's leader
-        elapsed: list[float] = []
-        payload = b"x" * size
-
-        def produce(bootstrap: str, topic: str) -> None:
-            producer = Producer(
-                {
-                    "bootstrap.servers": bootstrap,
-                    "acks": "all",
-                    "enable.idempotence": True,
-                    "linger.ms": 5,
-                    "batch.size": 262144,
-                }
-            )
-            started = time.perf_counter()
-            for i in range(records):
-                while True:
-                    try:
-                        producer.produce(topic, value=payload, key=str(i % 64).encode())
-                        break
-                    except BufferError:
-                        producer.poll(0.01)
-            assert producer.flush(300) == 0
-            elapsed.append(time.perf_counter() - started)
-
-        threads = [threading.Thread(target=produce, args=t) for t in topics]
-        started = time.perf_counter()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        wall = time.perf_counter() - started
-        return {
-            "nodes": nodes,
-            "records": records * nodes,
-            "seconds": round(wall, 2),
-            "produce_records_per_s": round(records * nodes / wall),
-        }
-    finally:
-        for gw in gws:
-            gw.close()
 
 
 def _new_database(pg: PostgresServer, name: str) -> str:
     with psycopg.connect(pg.dsn, autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {name}")
     return pg.url.rsplit("/", 1)[0] + "/" + name
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """The figures as Markdown tables (written beside the JSON)."""
+    prov = result["provenance"]
+    lines = [
+        "# Several nodes: `serve --nodes N` figures",
+        "",
+        f"commit {prov.get('commit', '?')}{' (dirty)' if prov.get('dirty') else ''}, "
+        f"{result['record_bytes']}-byte records, acks=all, idempotent confluent-kafka, "
+        f"{result['partitions']} partitions per topic, one topic created on each node; "
+        "medians of rounds.",
+        "",
+        "| nodes | records | produce rec/s | x | consume rec/s | x |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for row in result["scale_out"]:
+        lines.append(
+            f"| {row['nodes']} | {row['records']} | {row['produce_records_per_s']} "
+            f"| {row['produce_ratio_to_first']} | {row['consume_records_per_s']} "
+            f"| {row['consume_ratio_to_first']} |"
+        )
+    lines += ["", "| failover (SIGKILL -> first new ack) | seconds |", "| --- | --- |"]
+    for lease, times in result["failover_s"].items():
+        lines.append(f"| {lease.replace('_', ' ')} | {', '.join(str(t) for t in times)} |")
+    for name in ("sqlite", "postgresql"):
+        row = result.get(f"throughput_{name}")
+        if row:
+            lines.append("")
+            lines.append(f"one node, {name} metadata: {row}")
+    return "\n".join(lines) + "\n"
 
 
 def main() -> int:
@@ -246,10 +350,13 @@ def main() -> int:
     parser.add_argument("--failover-rounds", type=int, default=3)
     parser.add_argument("--leases", default="1,3", help="lease lengths (s) to time failover")
     parser.add_argument("--nodes", default="1,2,4", help="active node counts to compare")
-    parser.add_argument("--scale-records", type=int, default=30_000, help="per node")
+    parser.add_argument("--scale-records", type=int, default=200_000, help="per node")
+    parser.add_argument("--rounds", type=int, default=3, help="scale-out rounds (median)")
+    parser.add_argument("--skip-metadata-compare", action="store_true")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-nodes-"))
+    work.chmod(0o755)  # as root, PostgreSQL runs as the postgres user
     result: dict[str, Any] = {
         "provenance": provenance(sys.argv),
         "records": args.records,
@@ -259,10 +366,9 @@ def main() -> int:
     pg = PostgresServer(work / "pg")
     pg.start()
     try:
-        for name, extra in (
-            ("sqlite", []),
-            ("postgresql", ["--metadata", _new_database(pg, "throughput")]),
-        ):
+        compare = [] if args.skip_metadata_compare else ["sqlite", "postgresql"]
+        for name in compare:
+            extra = [] if name == "sqlite" else ["--metadata", _new_database(pg, "throughput")]
             gw = Gateway(work / name, work / f"{name}.log", extra)
             gw.start_fresh()
             try:
@@ -271,36 +377,26 @@ def main() -> int:
                 gw.close()
             print(name, result[f"throughput_{name}"], flush=True)
         result["scale_out"] = [
-            _scale_out(pg, work, n, args.scale_records, args.size)
+            _scale_out(work, n, args.scale_records, args.size, args.rounds)
             for n in (int(x) for x in args.nodes.split(","))
         ]
-        base = result["scale_out"][0]["produce_records_per_s"]
+        first = result["scale_out"][0]
         for row in result["scale_out"]:
-            row["ratio_to_first"] = round(row["produce_records_per_s"] / base, 2)
+            for kind in ("produce", "consume"):
+                ratio = row[f"{kind}_records_per_s"] / first[f"{kind}_records_per_s"]
+                row[f"{kind}_ratio_to_first"] = round(ratio, 2)
             print("scale-out", row, flush=True)
         result["failover_s"] = {}
         for lease in args.leases.split(","):
-            gw = Gateway(
-                work / f"fo{lease}",
-                work / f"fo{lease}.log",
-                [
-                    "--metadata",
-                    _new_database(pg, f"failover{lease.replace('.', '_')}"),
-                    "--node-lease-s",
-                    lease,
-                ],
-            )
-            gw.start_fresh()
-            try:
-                result["failover_s"][f"lease_{lease}s"] = _failover(gw, args.failover_rounds)
-            finally:
-                gw.close()
-            print("failover lease", lease, result["failover_s"][f"lease_{lease}s"], flush=True)
+            times = _failover(work, lease, args.failover_rounds)
+            result["failover_s"][f"lease_{lease}s"] = times
+            print("failover lease", lease, times, flush=True)
     finally:
         pg.close()
         shutil.rmtree(work, ignore_errors=True)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(result, indent=2) + "\n")
+    args.output.with_suffix(".md").write_text(markdown(result))
     print(json.dumps(result, indent=2))
     return 0
 

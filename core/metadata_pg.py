@@ -302,6 +302,15 @@ class PostgresMetadataStore:
             db.execute("DELETE FROM topics WHERE name = %s", (name,))
             db.execute("DELETE FROM committed_offsets WHERE topic = %s", (name,))
 
+    def topic_heads(self) -> dict[str, tuple[uuid.UUID, int, dict[str, str]]]:
+        """name -> (topic id, partition count, configs): what other nodes compare (sync)."""
+        with self._lock:
+            rows = self._db.execute("SELECT name, topic_id, partitions, configs FROM topics")
+            return {
+                name: (uuid.UUID(tid), parts, json.loads(configs))
+                for name, tid, parts, configs in rows.fetchall()
+            }
+
     def update_topic_configs(self, name: str, configs: dict[str, str]) -> None:
         with self._transaction() as db:
             cursor = db.execute(

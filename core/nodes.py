@@ -11,6 +11,7 @@ being acknowledged when the deadline passes, and resume if a renewal succeeds in
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -25,6 +26,7 @@ from .fencing import FENCE
 from .metadata import CommittedOffset
 from .metadata_pg import LeaseError, PostgresMetadataStore
 from .stream.handover import apply_cluster_segments
+from .topic_sync import reconcile
 
 if TYPE_CHECKING:
     from .store import StreamStore
@@ -106,6 +108,8 @@ class NodeMembership:
             try:
                 nodes = await self._call(db.nodes)
                 owners = await self._call(db.topic_owners)
+                # deletes, partition counts and configs changed on other nodes
+                await reconcile(store, functools.partial(self._call, db.topic_heads))
                 if any(name not in store.streams for name in owners):
                     store.adopt_topics(await self._call(db.load_topics))
             except Exception as exc:  # database unreachable: keep the last view

@@ -426,13 +426,23 @@ class StreamStore:
         await self.worker.call(self.metadata.delete_topic, name)
         if self.streams.get(name) is not stream:
             return  # a concurrent delete of the same topic finished first
+        await self._forget(stream, "deleted")
+
+    async def forget_topic(self, name: str, why: str) -> None:
+        """Several nodes: another node deleted the topic; close it and remove its files."""
+        stream = self.streams.get(name)
+        if stream is not None:
+            await self._forget(stream, why)
+
+    async def _forget(self, stream: Stream, why: str) -> None:
+        name = stream.name
         del self.streams[name]
         self._by_id.pop(stream.topic_id, None)
         self.meters.pop(name, None)
         CLUSTER.forget(name)
         stream.close()
         self.tier.forget_topic(stream)
-        log.info("deleted topic %s", name)
+        log.info("topic %s %s", name, why)
         for listener in self.on_topic_deleted:
             listener(name)
         await trio.to_thread.run_sync(shutil.rmtree, stream.directory, True)
