@@ -34,7 +34,13 @@ REPO = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodesCluster]:
-    nodes = NodesCluster(tmp_path_factory.mktemp("nodes"), 3, ["--node-lease-s", "1"])
+    nodes = NodesCluster(
+        tmp_path_factory.mktemp("nodes"),
+        3,
+        ["--node-lease-s", "1"],
+        # these tests follow a topic through its creator (placement: tests/test_nodes_move.py)
+        env={"STREAMGATE_PLACEMENT": "creator"},
+    )
     nodes.start()
     try:
         yield nodes
