@@ -44,6 +44,7 @@ from gateway.protocol.codec import (
     encode_response,
 )
 from gateway.protocol.framing import FrameDecoder, FrameError
+from gateway.protocol.produce_response import encode_produce_response
 from gateway.security.listeners import ListenerSetup
 from gateway.security.ratelimit import RateLimitedLog
 from gateway.security.sasl import (
@@ -165,8 +166,9 @@ class _IdleTimer:
         self.scope = trio.CancelScope(deadline=trio.current_time() + self.idle_s)
 
     def request_started(self) -> None:
+        if self.in_flight == 0:  # setting a deadline reschedules timers: only when it changes
+            self.scope.deadline = math.inf
         self.in_flight += 1
-        self.scope.deadline = math.inf
 
     def response_sent(self) -> None:
         self.in_flight -= 1
@@ -443,7 +445,12 @@ class Gateway:
         try:
             response = await awaitable
             if isinstance(response, dict):
-                response = encode_response(header, response)
+                if header.api_key == ApiKey.PRODUCE:  # the hot path: no kio dataclasses
+                    response = encode_produce_response(
+                        header.correlation_id, header.api_version, response
+                    )
+                else:
+                    response = encode_response(header, response)
         except Exception:
             log.exception("handler failed; closing the connection")
             slot.fill(None, close_connection=True)
