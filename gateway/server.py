@@ -45,6 +45,7 @@ from gateway.protocol.codec import (
     encode_response,
 )
 from gateway.protocol.framing import FrameDecoder, FrameError
+from gateway.protocol.produce_request import decode_produce_request
 from gateway.protocol.produce_response import encode_produce_response
 from gateway.security.listeners import ListenerSetup
 from gateway.security.ratelimit import RateLimitedLog
@@ -474,8 +475,12 @@ class Gateway:
                 raise ProtocolError(
                     f"unsupported version {header.api_version} of {ApiKey(header.api_key).name}"
                 )
-            body = decode_body(header, frame, pos)
-            return header, self.handlers[header.api_key](self.ctx, header, body)
+            request: Any
+            if header.api_key == ApiKey.PRODUCE:  # the hot path: no kio dataclasses
+                request = decode_produce_request(frame, pos, header.api_version)
+            else:
+                request = decode_body(header, frame, pos)
+            return header, self.handlers[header.api_key](self.ctx, header, request)
         except ProtocolError as exc:
             _client_faults.warning("closing connection after bad request: %s", exc)
         except Exception:
