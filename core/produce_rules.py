@@ -21,6 +21,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import crc32c
 
@@ -72,9 +73,19 @@ class ProduceRules:
 
 def rules_for(configs: Mapping[str, str]) -> ProduceRules | None:
     """The rules of a topic with these configs; None when batches pass through untouched."""
-    codec = CODECS.get(configs.get("compression.type", "producer"))
-    append_time = configs.get("message.timestamp.type") == "LogAppendTime"
-    compact = "compact" in split_list(configs.get("cleanup.policy", "delete"))
+    return _rules(
+        configs.get("compression.type", "producer"),
+        configs.get("message.timestamp.type"),
+        configs.get("cleanup.policy", "delete"),
+    )
+
+
+@lru_cache(maxsize=256)
+def _rules(compression: str, timestamp_type: str | None, policy: str) -> ProduceRules | None:
+    # Cached: every Produce asks, and parsing the policy list was a visible share of it.
+    codec = CODECS.get(compression)
+    append_time = timestamp_type == "LogAppendTime"
+    compact = "compact" in split_list(policy)
     if codec is None and not append_time and not compact:
         return None
     return ProduceRules(codec, append_time, compact)

@@ -28,6 +28,8 @@ import logging
 import math
 import os
 import struct
+import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -44,6 +46,10 @@ MAX_ENTRY_BYTES = 1 << 30
 _IOV_MAX = 512
 DEFAULT_ROLL_BYTES = 8 << 20
 DEFAULT_ROLL_AGE_S = 5.0
+# The flusher thread goes on with entries queued during an fsync for at most this many
+# more groups / seconds before handing back to the loop (which decides rolls).
+_PIPELINE_GROUPS = 16
+_PIPELINE_S = 0.05
 
 
 # Recently fsync'd batches stay in memory (all logs together up to this many bytes, oldest
@@ -70,6 +76,17 @@ class _RecentBatches:
 
 
 _recent = _RecentBatches(RECENT_BUDGET_BYTES)
+
+
+class _GroupFailed(Exception):
+    """A group's write or fsync failed in the flusher thread (the groups before it are
+    durable and already reported)."""
+
+    def __init__(self, start: int, batch: list[PendingAppend], error: OSError) -> None:
+        super().__init__(str(error))
+        self.start = start
+        self.batch = batch
+        self.error = error
 
 
 class LogWriteError(Exception):
@@ -201,6 +218,9 @@ class SegmentLog:
         self.logical_size = self.durable_size  # includes queued, not yet written entries
         self._queued_buffers: list[bytes | bytearray | memoryview] = []
         self._queued: list[PendingAppend] = []
+        # The flusher's worker thread takes what was queued meanwhile right after an fsync
+        # (see _write_groups): the queue is swapped under this lock.
+        self._queue_lock = threading.Lock()
         self._work = trio.Event()
         self._flushed = trio.Event()
         self._roll_requested = False
@@ -266,8 +286,9 @@ class SegmentLog:
         self.logical_size = position + len(batch)
         self.usage.pending += ENTRY_HEADER.size + len(batch)
         pending = PendingAppend(partition, position, self.logical_size, token)
-        self._queued_buffers += (header, batch)
-        self._queued.append(pending)
+        with self._queue_lock:
+            self._queued_buffers += (header, batch)
+            self._queued.append(pending)
         self._work.set()
         return pending
 
@@ -379,27 +400,99 @@ class SegmentLog:
                 if self._work.is_set():
                     self._work = trio.Event()
                 continue
-            buffers, batch = self._queued_buffers, self._queued
-            self._queued_buffers, self._queued = [], []
+            with self._queue_lock:
+                buffers, batch = self._queued_buffers, self._queued
+                self._queued_buffers, self._queued = [], []
             start = self.durable_size
             active = self._active
+            token = trio.lowlevel.current_trio_token()
             try:
-                written = await trio.to_thread.run_sync(
-                    self._write_and_sync, buffers, start, active
+                last = await trio.to_thread.run_sync(
+                    self._write_groups, buffers, batch, start, active, token
                 )
-            except OSError as exc:
+            except _GroupFailed as failed:
                 self.drain_failed = self.drain_failed or self.closed
-                self._fail_from(start, batch, exc)
+                self._fail_from(failed.start, failed.batch, failed.error)
+                flushed, self._flushed = self._flushed, trio.Event()
+                flushed.set()
             else:
-                if active is None:
-                    written.opened_at = trio.current_time()
-                    self.files.append(written)
-                    self._bases.append(written.base)
-                written.size = batch[-1].end - written.base
-                self.durable_size = batch[-1].end
-                for i, pending in enumerate(batch):  # buffers are (header, batch) pairs
-                    _recent.add(self, pending.position, buffers[2 * i + 1])
-                self._on_durable(batch)
+                self._group_durable(*last)
+
+    def _write_groups(
+        self,
+        buffers: list[bytes | bytearray | memoryview],
+        batch: list[PendingAppend],
+        start: int,
+        target: LogFile | None,
+        token: trio.lowlevel.TrioToken,
+    ) -> tuple[list[bytes | bytearray | memoryview], list[PendingAppend], LogFile, bool]:
+        """Runs in a worker thread: write and fsync one group, then (pipelining) whatever was
+        queued meanwhile, into the same file, without a round trip through the event loop.
+
+        Each group but the last is reported durable through `token` as soon as its fsync
+        returns; the last is returned. The loop's callbacks run in FIFO order, so they all
+        come before this call's result (or its _GroupFailed).
+        """
+        created = target is None
+        deadline = time.monotonic() + _PIPELINE_S
+        for extra in range(_PIPELINE_GROUPS + 1):
+            try:
+                written = self._write_and_sync(buffers, start, target)
+            except OSError as exc:
+                raise _GroupFailed(start, batch, exc) from exc
+            done = (buffers, batch, written, created)
+            end = batch[-1].end
+            # Roll decisions (size, age, requests, seals) stay with the loop: go back when
+            # one may be due, and after a few groups so the age check runs too.
+            if (
+                extra == _PIPELINE_GROUPS
+                or self.closed
+                or self._roll_requested
+                or end - written.base >= self.roll_bytes
+                or time.monotonic() >= deadline
+            ):
+                return done
+            with self._queue_lock:
+                if not self._queued:
+                    return done
+                buffers, batch = self._queued_buffers, self._queued
+                self._queued_buffers, self._queued = [], []
+            token.run_sync_soon(self._group_durable_soon, *done)
+            start, target, created = end, written, False
+        raise AssertionError("unreachable")
+
+    def _group_durable_soon(
+        self,
+        buffers: list[bytes | bytearray | memoryview],
+        batch: list[PendingAppend],
+        written: LogFile,
+        created: bool,
+    ) -> None:
+        # A run_sync_soon callback must not raise (it would end the whole trio run).
+        try:
+            self._group_durable(buffers, batch, written, created)
+        except Exception:
+            log.exception("%s: durability callback failed", self.directory)
+
+    def _group_durable(
+        self,
+        buffers: list[bytes | bytearray | memoryview],
+        batch: list[PendingAppend],
+        written: LogFile,
+        created: bool,
+    ) -> None:
+        """On the loop: a group is fsync'd; make it visible and wake its producers."""
+        if created:
+            written.opened_at = trio.current_time()
+            self.files.append(written)
+            self._bases.append(written.base)
+        written.size = batch[-1].end - written.base
+        self.durable_size = batch[-1].end
+        for i, pending in enumerate(batch):  # buffers are (header, batch) pairs
+            _recent.add(self, pending.position, buffers[2 * i + 1])
+        try:
+            self._on_durable(batch)
+        finally:
             flushed, self._flushed = self._flushed, trio.Event()
             flushed.set()
 

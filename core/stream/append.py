@@ -52,6 +52,20 @@ class PendingProduce:
     end_offset: int
     ticket: Ticket | None  # None when every batch was a retried duplicate
 
+    def result_now(self) -> AppendResult | None:
+        """The result if it is already known (durable or failed); None while it is not."""
+        ticket = self.ticket
+        if ticket is not None:
+            if not ticket.event.is_set():
+                return None
+            if ticket.error:
+                return AppendResult(ticket.error, message="write to the log failed")
+        if self.partition.high_watermark < self.end_offset:
+            return None  # a duplicate still in flight: `wait` knows the rest
+        if not FENCE.valid():
+            return AppendResult(ErrorCode.NOT_LEADER_OR_FOLLOWER, message="node lease lost")
+        return AppendResult(ErrorCode.NONE, self.first_offset, self.partition.log_start_offset)
+
     async def wait(self) -> AppendResult:
         partition = self.partition
         if self.ticket is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Generator
 from typing import Any
 
 import trio
@@ -83,7 +83,7 @@ def produce(
                 started[key] = stream.start_append(
                     part.index, records, acks, transactional=txn_id is not None
                 )
-    return _finish_produce(body, acks, started, extras)
+    return ProduceOutcome(body, acks, started, extras)
 
 
 def _check_transactional(
@@ -98,6 +98,43 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+class ProduceOutcome:
+    """A Produce request's answer once its appends are durable: awaitable, and readable
+    without awaiting (`result_now`) once a group commit has finished them, so the server
+    can answer several pipelined Produce requests in one pass of the event loop."""
+
+    __slots__ = ("body", "acks", "started", "extras")
+
+    def __init__(
+        self,
+        body: Any,
+        acks: int,
+        started: dict[tuple[str, int], AppendResult | PendingAppend],
+        extras: dict[tuple[str, int], Rewritten],
+    ) -> None:
+        self.body = body
+        self.acks = acks
+        self.started = started
+        self.extras = extras
+
+    def result_now(self) -> tuple[bool, dict[str, Any] | None]:
+        """(True, response) when every append's result is known; (False, None) if not."""
+        results: dict[tuple[str, int], AppendResult] = {}
+        for key, value in self.started.items():
+            if isinstance(value, AppendResult):
+                results[key] = value
+                continue
+            now = getattr(value, "result_now", None)
+            result = None if now is None else now()
+            if result is None:
+                return False, None
+            results[key] = result
+        return True, _produce_response(self.body, self.acks, results, self.extras)
+
+    def __await__(self) -> Generator[Any, None, dict[str, Any] | None]:
+        return _finish_produce(self.body, self.acks, self.started, self.extras).__await__()
+
+
 async def _finish_produce(
     body: Any,
     acks: int,
@@ -109,6 +146,15 @@ async def _finish_produce(
         key: value if isinstance(value, AppendResult) else await value.wait()
         for key, value in started.items()
     }
+    return _produce_response(body, acks, results, extras)
+
+
+def _produce_response(
+    body: Any,
+    acks: int,
+    results: dict[tuple[str, int], AppendResult],
+    extras: dict[tuple[str, int], Rewritten],
+) -> dict[str, Any] | None:
     if acks == 0:
         return None
     return {

@@ -1,0 +1,170 @@
+"""Produce latency and gateway CPU per request, for one or more source trees side by side.
+
+A quick, noise-tolerant probe for produce-path work (issue 15): for each tree given, start a
+fresh gateway from that tree (`python -m gateway serve`, via `harness.gateway.Gateway`),
+produce 1 KiB records with confluent-kafka at a fixed rate (acks=all), and report the
+delivery latency p50/p99 and the gateway's CPU seconds per 1,000 produce requests. Trees
+alternate run by run so the machine's noise hits them alike.
+
+    python compat/probe_produce_latency.py --tree . --tree /tmp/base --rate 2000 --runs 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from harness.gateway import Gateway
+from harness.procstats import proc_cpu_seconds
+from harness.provenance import provenance
+
+
+def _create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+        future.result(timeout=30)
+
+
+def run_once(
+    tree: Path,
+    rate: float,
+    seconds: float,
+    linger_ms: float,
+    producers: int,
+    grep: str = "",
+    size: int = 1024,
+) -> dict[str, Any]:
+    """One fresh gateway from `tree`; `producers` clients share `rate` records/s."""
+    with tempfile.TemporaryDirectory(prefix="probe-") as tmp:
+        gw = Gateway(Path(tmp) / "data", Path(tmp) / "gw.log", default_partitions=8)
+        gw.cwd = tree  # run that tree's code: `-m gateway` imports from the working dir
+        gw.start_fresh()
+        try:
+            _create_topic(gw.bootstrap, "probe", 8)
+            latencies: list[float] = []
+            requests = [0] * producers
+            errors = [0]
+
+            def stats_cb(index: int) -> Any:
+                def cb(raw: str) -> None:
+                    data = json.loads(raw)
+                    requests[index] = sum(
+                        b.get("req", {}).get("Produce", 0) for b in data["brokers"].values()
+                    )
+
+                return cb
+
+            clients = [
+                Producer(
+                    {
+                        "bootstrap.servers": gw.bootstrap,
+                        "acks": "all",
+                        "linger.ms": linger_ms,
+                        "statistics.interval.ms": 500,
+                        "stats_cb": stats_cb(i),
+                    }
+                )
+                for i in range(producers)
+            ]
+            for c in clients:
+                c.list_topics("probe", timeout=30)
+            payload = b"x" * size
+            count = int(rate * seconds)
+            pid = gw.pid
+            assert pid is not None
+            cpu0 = proc_cpu_seconds(pid) or 0.0
+            start = time.perf_counter()
+            for i in range(count):
+                due = start + i / rate
+                now = time.perf_counter()
+                if due > now:
+                    time.sleep(due - now)
+                sent = time.perf_counter()
+
+                def on_delivery(err: Any, _msg: Any, sent: float = sent) -> None:
+                    if err is not None:
+                        errors[0] += 1
+                    else:
+                        latencies.append(time.perf_counter() - sent)
+
+                c = clients[i % producers]
+                c.produce("probe", payload, partition=i % 8, on_delivery=on_delivery)
+                c.poll(0)
+            for c in clients:
+                c.flush(30)
+            cpu = (proc_cpu_seconds(pid) or 0.0) - cpu0
+            time.sleep(0.7)  # one more stats callback
+            for c in clients:
+                c.poll(0.1)
+            latencies.sort()
+            total_requests = sum(requests)
+            elapsed = time.perf_counter() - start
+            return {
+                "records_per_s": round(len(latencies) / elapsed),
+                "requests_per_s": round(sum(requests) / elapsed),
+                "records": len(latencies),
+                "errors": errors[0],
+                "p50_ms": round(latencies[len(latencies) // 2] * 1000, 2),
+                "p99_ms": round(latencies[int(len(latencies) * 0.99)] * 1000, 2),
+                "requests": total_requests,
+                "gateway_cpu_s": round(cpu, 3),
+                "cpu_ms_per_request": round(cpu * 1000 / total_requests, 3)
+                if total_requests
+                else None,
+            }
+        finally:
+            gw.stop()
+            if grep:
+                for line in gw.log_text().splitlines():
+                    if grep in line:
+                        print(line)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tree", action="append", type=Path, required=True)
+    parser.add_argument("--rate", type=float, default=2000)
+    parser.add_argument("--seconds", type=float, default=10)
+    parser.add_argument("--linger-ms", type=float, default=1)
+    parser.add_argument("--producers", type=int, default=1)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--size", type=int, default=1024, help="record value bytes")
+    parser.add_argument("--grep", default="", help="print the gateway log lines containing this")
+    args = parser.parse_args()
+    results: dict[str, list[dict[str, Any]]] = {str(t): [] for t in args.tree}
+    for run in range(args.runs):
+        order = args.tree[run % len(args.tree) :] + args.tree[: run % len(args.tree)]
+        for tree in order:
+            r = run_once(
+                tree.resolve(),
+                args.rate,
+                args.seconds,
+                args.linger_ms,
+                args.producers,
+                args.grep,
+                args.size,
+            )
+            results[str(tree)].append(r)
+            print(tree, json.dumps(r), flush=True)
+    summary = {
+        tree: {
+            key: statistics.median(r[key] for r in runs if r[key] is not None)
+            for key in ("p50_ms", "p99_ms", "cpu_ms_per_request", "requests")
+        }
+        for tree, runs in results.items()
+    }
+    print(json.dumps({"summary": summary, "provenance": provenance()}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
