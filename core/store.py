@@ -11,12 +11,12 @@ import logging
 import os
 import shutil
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import trio
 
-from .api import ScaleResult, TopicError, validate_topic_name
+from .api import ReadResult, ScaleResult, TopicError, validate_topic_name
 from .compaction import CompactionSettings, Compactor
 from .errors import ErrorCode
 from .metadata import MetadataStore, SegmentRecord, SQLiteMetadataStore, TopicRecord
@@ -26,7 +26,7 @@ from .scaling.plan import ScaleError, split_range
 from .scaling.policy import Decision
 from .segments.log import SegmentLog
 from .segments.objectstore import ObjectStore, open_object_store
-from .stream import Stream
+from .stream import Stream, reads
 from .tiering import TierManager, TierSettings
 from .topic_config import ConfigError, validate_topic_configs
 
@@ -399,6 +399,9 @@ class StreamStore:
 
     async def allocate_producer_id(self) -> int:
         return await self.worker.call(self.metadata.next_counter, "producer_id")
+
+    async def finish_reads(self, pending: Sequence[reads.LocalRead]) -> list[ReadResult]:
+        return await reads.finish(pending)  # one thread hop for a whole Fetch
 
 
 async def _run_cancellable(
