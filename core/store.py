@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import trio
 
-from .api import ReadResult, ScaleResult, TopicError, validate_topic_name
+from .api import PendingRead, ReadResult, ScaleResult, TopicError, validate_topic_name
 from .compaction import CompactionSettings, Compactor
 from .errors import ErrorCode
 from .metadata import MetadataStore, SegmentRecord, SQLiteMetadataStore, TopicRecord
@@ -400,8 +400,10 @@ class StreamStore:
     async def allocate_producer_id(self) -> int:
         return await self.worker.call(self.metadata.next_counter, "producer_id")
 
-    async def finish_reads(self, pending: Sequence[reads.LocalRead]) -> list[ReadResult]:
-        return await reads.finish(pending)  # one thread hop for a whole Fetch
+    async def finish_reads(self, pending: Sequence[PendingRead]) -> list[ReadResult]:
+        planned = [p for p in pending if isinstance(p, reads.LocalRead)]
+        assert len(planned) == len(pending), "reads planned by another store"
+        return await reads.finish(planned)  # one thread hop for a whole Fetch
 
 
 async def _run_cancellable(
