@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Awaitable, Iterable, Mapping
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -87,6 +87,14 @@ class PendingAppend(Protocol):
     """An append that is queued; `wait` returns its result once it is durable."""
 
     def wait(self) -> Awaitable[AppendResult]: ...
+
+
+class PendingRead(Protocol):
+    """A tier-1 read planned synchronously (`Topic.plan_read`): its size is known, its
+    bytes are read by `Store.finish_reads`, together with the other partitions'."""
+
+    @property
+    def size(self) -> int: ...
 
 
 # --- the interface -----------------------------------------------------------------------
@@ -163,6 +171,19 @@ class Topic(Protocol):
         read_committed: bool = False,
     ) -> ReadResult: ...
 
+    def plan_read(
+        self,
+        index: int,
+        offset: int,
+        max_bytes: int,
+        first_may_exceed: bool = True,
+        read_committed: bool = False,
+    ) -> ReadResult | PendingRead | None:
+        """`read` planned without reading: the final result when nothing is to be read, a
+        PendingRead for tier-1 batches (pass it to `Store.finish_reads`), None when the
+        batches must come from tier 2 (then await `read`)."""
+        ...
+
     async def offset_for_timestamp(self, index: int, timestamp: int) -> tuple[int, int]:
         """(offset, timestamp) of the first record at or after `timestamp`; (-1, -1) if
         none; timestamp -3 = the record with the largest timestamp. StoreUnavailable."""
@@ -224,6 +245,11 @@ class Store(Protocol):
         ...
 
     def allocate_producer_id(self) -> Awaitable[int]: ...
+
+    async def finish_reads(self, pending: Sequence[PendingRead]) -> list[ReadResult]:
+        """The results of reads planned by `Topic.plan_read` (of any topics), in order,
+        their bytes read in one worker-thread hop."""
+        ...
 
 
 class Transactions(Protocol):

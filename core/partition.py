@@ -65,6 +65,29 @@ def _next_sequence(sequence: int) -> int:
 
 
 class Partition:
+    # __slots__: a gateway may hold 100,000s of partitions (no per-instance __dict__)
+    __slots__ = (
+        "index",
+        "next_offset",
+        "high_watermark",
+        "log_start_offset",
+        "compacted_end",
+        "_base_offsets",
+        "_last_offsets",
+        "_segment_ids",
+        "_positions",
+        "_sizes",
+        "_max_ts_prefix",
+        "_batch_max_ts",
+        "_slices",
+        "_slice_last_offsets",
+        "_producers",
+        "txns",
+        "bytes_in",
+        "records_in",
+        "_waiters",
+    )
+
     def __init__(self, index: int) -> None:
         self.index = index
         self.next_offset = 0  # log end offset: next offset to assign

@@ -11,12 +11,12 @@ import logging
 import os
 import shutil
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import trio
 
-from .api import ScaleResult, TopicError, validate_topic_name
+from .api import PendingRead, ReadResult, ScaleResult, TopicError, validate_topic_name
 from .cluster_view import CLUSTER
 from .compaction import CompactionSettings, Compactor
 from .errors import ErrorCode
@@ -28,7 +28,7 @@ from .scaling.plan import ScaleError, split_range
 from .scaling.policy import Decision
 from .segments.log import SegmentLog
 from .segments.objectstore import ObjectStore, open_object_store
-from .stream import Stream
+from .stream import Stream, reads
 from .stream.handover import MoveTimings, hand_over
 from .tiering import TierManager, TierSettings
 from .topic_config import ConfigError, validate_topic_configs
@@ -514,6 +514,11 @@ class StreamStore:
 
     async def allocate_producer_id(self) -> int:
         return await self.worker.call(self.metadata.next_counter, "producer_id")
+
+    async def finish_reads(self, pending: Sequence[PendingRead]) -> list[ReadResult]:
+        planned = [p for p in pending if isinstance(p, reads.LocalRead)]
+        assert len(planned) == len(pending), "reads planned by another store"
+        return await reads.finish(planned)  # one thread hop for a whole Fetch
 
 
 async def _run_cancellable(

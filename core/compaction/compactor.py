@@ -353,7 +353,10 @@ class Compactor:
                 segment_id, position = int(parts[0]), int(name.split(".")[0])
             except ValueError:
                 continue
-            if ".c" in name or position < uploaded_end.get(segment_id, -1):
+            # `.c<ns>` marks a compaction output (`name` always ends in ".chunk", which
+            # contains ".c" too: a plain chunk uploaded meanwhile must not match)
+            compacted = ".c" in name[: -len(".chunk")]
+            if compacted or position < uploaded_end.get(segment_id, -1):
                 garbage.append(key)
         if garbage:
             log.info("topic %s: deleting %d unreferenced objects", stream.name, len(garbage))

@@ -1,15 +1,22 @@
-"""Fetch: whole batches from tier 1, or for older offsets from a tier-2 slice."""
+"""Fetch: whole batches from tier 1, or for older offsets from a tier-2 slice.
+
+A Fetch of many partitions plans its tier-1 reads synchronously (`plan`: the sizes are in
+the index) and reads them all in one worker-thread hop (`finish`), instead of one hop per
+partition in turn.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..api import ReadResult, StoreUnavailable
 from ..errors import ErrorCode
 from ..metadata import ChunkSlice
-from ..partition import Partition
+from ..partition import BatchLocation, Partition
 from ..recordbatch import batch_last_offset
 from ..segments.chunks import iter_batches
 from ..segments.log import LogTrimmed, read_many
@@ -125,3 +132,99 @@ async def _read_tier2(
         batches.append(bytes(view[info.start : info.start + info.size]))
         total += info.size
     return batches
+
+
+@dataclass(slots=True)
+class LocalRead:
+    """A tier-1 read planned on the loop; `finish` reads its bytes (core.api.PendingRead)."""
+
+    stream: Stream
+    partition: Partition
+    index: int
+    offset: int
+    max_bytes: int
+    first_may_exceed: bool
+    read_committed: bool
+    result: ReadResult  # everything but the batches (and aborted ranges)
+    locations: list[BatchLocation]
+    size: int
+
+
+def plan(
+    stream: Stream,
+    index: int,
+    offset: int,
+    max_bytes: int,
+    first_may_exceed: bool = True,
+    read_committed: bool = False,
+) -> ReadResult | LocalRead | None:
+    """`read` without reading: the final result when nothing is to be read (an error, or
+    no new batch), a LocalRead when the batches are in tier 1, None when they must come
+    from tier 2 (then `read` it)."""
+    if stream.deleted or not stream.has_partition(index):
+        return ReadResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    partition = stream.partition(index)
+    hw, start = partition.high_watermark, partition.log_start_offset
+    lso = partition.last_stable_offset
+    if offset < start or offset > hw:
+        return ReadResult(ErrorCode.OFFSET_OUT_OF_RANGE, hw, start, last_stable_offset=lso)
+    if offset < partition.local_start_offset or (
+        offset < partition.compacted_end and partition.slice_for(offset) is not None
+    ):
+        return None
+    limit = lso if read_committed else hw
+    locations = partition.locate(offset, max_bytes, first_may_exceed, limit)
+    for loc in locations:  # trimmed meanwhile: the tier-2 path has it
+        if loc.position < stream.segments[loc.segment_id].local_start:
+            return None
+    result = ReadResult(ErrorCode.NONE, hw, start, [], last_stable_offset=lso)
+    if not locations:
+        return result
+    size = sum(loc.size for loc in locations)
+    return LocalRead(
+        stream,
+        partition,
+        index,
+        offset,
+        max_bytes,
+        first_may_exceed,
+        read_committed,
+        result,
+        locations,
+        size,
+    )
+
+
+async def finish(reads: Sequence[LocalRead]) -> list[ReadResult]:
+    """The results of planned reads, their bytes read in one worker-thread hop (none when
+    they are all recent). If a file was trimmed or closed since the plan, each is read
+    again on its own (tier 2 then)."""
+    wanted = [
+        (r.stream.segments[loc.segment_id], loc.position, loc.size)
+        for r in reads
+        for loc in r.locations
+    ]
+    try:
+        data = await read_many(wanted)
+    except (LogTrimmed, OSError, KeyError):  # a trim, topic delete or scale meanwhile
+        return [
+            await read(
+                r.stream, r.index, r.offset, r.max_bytes, r.first_may_exceed, r.read_committed
+            )
+            for r in reads
+        ]
+    out = []
+    at = 0
+    for r in reads:
+        count = len(r.locations)
+        batches = data[at : at + count]
+        at += count
+        for loc in r.locations:
+            r.stream.stats[loc.segment_id].bytes_out += loc.size
+        result = r.result
+        result.batches = batches
+        if r.read_committed and batches:
+            end = batch_last_offset(batches[-1]) + 1
+            result.aborted = r.partition.aborted_between(r.offset, end)
+        out.append(result)
+    return out

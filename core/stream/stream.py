@@ -182,6 +182,16 @@ class Stream:
     ) -> ReadResult:
         return await reads.read(self, index, offset, max_bytes, first_may_exceed, read_committed)
 
+    def plan_read(
+        self,
+        index: int,
+        offset: int,
+        max_bytes: int,
+        first_may_exceed: bool = True,
+        read_committed: bool = False,
+    ) -> ReadResult | reads.LocalRead | None:
+        return reads.plan(self, index, offset, max_bytes, first_may_exceed, read_committed)
+
     async def offset_for_timestamp(self, index: int, timestamp: int) -> tuple[int, int]:
         return await timestamps.offset_for_timestamp(self, index, timestamp)
 

@@ -10,7 +10,15 @@ from typing import Any
 import trio
 
 from core.acl.model import Operation, ResourceType
-from core.api import AppendResult, PendingAppend, StoreError, Topic, TopicError
+from core.api import (
+    AppendResult,
+    PendingAppend,
+    PendingRead,
+    ReadResult,
+    StoreError,
+    Topic,
+    TopicError,
+)
 from core.cluster_view import CLUSTER
 from core.errors import ErrorCode
 from core.produce_rules import Rewritten, apply_rules, rules_for
@@ -218,9 +226,13 @@ async def fetch(ctx: GatewayContext, header: RequestHeader, body: Any) -> bytes:
 async def _read_fetch(
     ctx: GatewayContext, body: Any, max_bytes: int, read_committed: bool = False
 ) -> tuple[list[tuple[str | uuid.UUID, list[PartitionData]]], int, bool]:
+    """Every partition's batches. Tier-1 reads are planned in request order (their sizes
+    are known without reading, so max_bytes is shared out as before) and read together
+    at the end in one thread hop; tier-2 reads are awaited in place."""
     topics = []
     total = 0
     has_error = False
+    planned: list[tuple[PartitionData, PendingRead]] = []
     for topic in body.topics:
         key, stream = _fetch_topic(ctx, topic)
         unknown = (
@@ -243,28 +255,35 @@ async def _read_fetch(
                 partitions.append(PartitionData(part.partition, ErrorCode.NOT_LEADER_OR_FOLLOWER))
                 has_error = True
                 continue
-            budget = min(part.partition_max_bytes, max_bytes - total)
-            result = await stream.read(
-                part.partition,
-                part.fetch_offset,
-                max(budget, 0),
-                first_may_exceed=total == 0,
-                read_committed=read_committed,
-            )
-            data = PartitionData(
-                part.partition,
-                result.error,
-                result.high_watermark,
-                result.log_start_offset,
-                result.batches or [],
-                last_stable_offset=result.last_stable_offset,
-                aborted=result.aborted if read_committed else None,
-            )
+            budget = max(min(part.partition_max_bytes, max_bytes - total), 0)
+            args = (part.partition, part.fetch_offset, budget, total == 0, read_committed)
+            started = stream.plan_read(*args)
+            data = PartitionData(part.partition)
+            partitions.append(data)
+            if started is not None and not isinstance(started, ReadResult):
+                planned.append((data, started))
+                total += started.size
+                continue
+            result = started if started is not None else await stream.read(*args)
+            _fill(data, result, read_committed)
             has_error = has_error or result.error != ErrorCode.NONE
             total += data.records_size
-            partitions.append(data)
         topics.append((key, partitions))
+    if planned:
+        results = await ctx.store.finish_reads([pending for _, pending in planned])
+        for (data, _), result in zip(planned, results, strict=True):
+            _fill(data, result, read_committed)
+            has_error = has_error or result.error != ErrorCode.NONE
     return topics, total, has_error
+
+
+def _fill(data: PartitionData, result: ReadResult, read_committed: bool) -> None:
+    data.error_code = result.error
+    data.high_watermark = result.high_watermark
+    data.log_start_offset = result.log_start_offset
+    data.batches = result.batches or []
+    data.last_stable_offset = result.last_stable_offset
+    data.aborted = result.aborted if read_committed else None
 
 
 def _fetch_topic(ctx: GatewayContext, topic: Any) -> tuple[str | uuid.UUID, Topic | None]:
