@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import trio
 
 from .cluster_view import CLUSTER
+from .scaling.gather import gather_move
 from .scaling.plan import ScaleError
 from .scaling.policy import Decision, ScalingPolicy, SegmentLoad, decide
 from .stream import Stream
@@ -126,7 +127,9 @@ async def run_scaler(
             for load in meter.loads(policy.kind == "event-rate")
             if CLUSTER.segment_is_local(stream.name, load.segment_id)
         ]
-        for decision in decide(loads, policy, cooldown):
+        decisions = decide(loads, policy, cooldown)
+        gather = _gather(stream, loads, policy, cooldown, decisions)
+        for decision in decisions + ([gather] if gather is not None else []):
             log.info(
                 "scaler %s: %s %s -> %s: %s",
                 stream.name,
@@ -139,3 +142,26 @@ async def run_scaler(
                 apply(stream, decision)
             except (ScaleError, ValueError) as exc:
                 log.warning("scaler %s: %s refused: %s", stream.name, decision.kind, exc)
+
+
+def _gather(
+    stream: Stream,
+    loads: list[SegmentLoad],
+    policy: ScalingPolicy,
+    cooldown: float,
+    decisions: list[Decision],
+) -> Decision | None:
+    """Several nodes: a cold segment handed to its neighbour's node (merges then join
+    them there), unless this evaluation already scales it."""
+    if not CLUSTER.enabled:
+        return None
+    busy = {segment_id for d in decisions for segment_id in d.seal}
+    return gather_move(
+        loads,
+        policy,
+        cooldown,
+        CLUSTER.node_id,
+        lambda partition: CLUSTER.leader(stream.name, partition),
+        {node_id for node_id, _h, _p in CLUSTER.brokers},
+        busy,
+    )

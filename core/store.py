@@ -216,6 +216,12 @@ class StreamStore:
     # --- scale events ------------------------------------------------------------------
 
     def _apply_decision(self, stream: Stream, decision: Decision) -> None:
+        if decision.kind == "move" and decision.to_node is not None:
+            # several nodes: a cold segment joins its neighbour's node (scaling/gather.py)
+            if self._nursery is not None:
+                self._check_local(stream, decision.seal)
+                self._nursery.start_soon(self._split_to, stream, decision, decision.to_node)
+            return
         if CLUSTER.enabled and decision.kind == "split" and self._nursery is not None:
             # several nodes: the last successor goes to a less loaded live node, if any
             target = least_loaded_other(CLUSTER.open_segment_counts(), CLUSTER.node_id)

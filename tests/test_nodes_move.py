@@ -360,3 +360,62 @@ def test_hand_over_is_a_compare_and_set_on_the_owner(pg_url: str) -> None:  # no
         assert sealed == {0}
     finally:
         db.close()
+
+
+def test_cold_segments_on_several_nodes_gather_on_one_and_merge(
+    tmp_path: Path,
+    pg_url: str,  # noqa: F811
+) -> None:
+    """Merges bring them together: a topic spread over 3 nodes with no load hands its cold
+    segments towards node 1 (core/scaling/gather.py), which merges them into one; every
+    record written before, during and after is read back exactly once, offsets dense."""
+    nodes = _cluster(tmp_path, pg_url, "least-loaded", FAST_SCALER)
+    try:
+        for node in nodes:
+            node.start_fresh()
+        for node in nodes:
+            wait_until(lambda n=node: _brokers(n.bootstrap) == {1, 2, 3}, 15)
+        configs = {
+            "streamgate.scaling.policy": "data-rate",
+            "streamgate.scaling.target.rate": "100000",  # any load here is cold
+        }
+        admin = AdminClient({"bootstrap.servers": nodes[2].bootstrap})
+        admin.create_topics([NewTopic("cold", num_partitions=3, config=configs)])["cold"].result(10)
+        wait_until(lambda: set(_leaders(nodes[0].bootstrap, "cold").values()) == {1, 2, 3}, 15)
+        acked: dict[str, tuple[int, int]] = {}
+
+        def on_delivery(err, msg) -> None:  # type: ignore[no-untyped-def]
+            if err is None:
+                acked[msg.value().decode()] = (msg.partition(), msg.offset())
+
+        producer = Producer(
+            {"bootstrap.servers": nodes[1].bootstrap, "acks": "all", "enable.idempotence": True}
+        )
+
+        def open_segments() -> list[tuple[int, int]]:
+            url = nodes[0].admin_url + "/streams/cold"
+            described = json.loads(urllib.request.urlopen(url).read())
+            return [
+                (s["segment_id"], s["node"]) for s in described["segments"] if s["state"] == "open"
+            ]
+
+        n = 0
+        deadline = time.monotonic() + 90
+        while not (len(segs := open_segments()) == 1 and segs[0][1] == 1):
+            assert time.monotonic() < deadline, f"cold segments did not gather: {segs}"
+            for _ in range(3):  # a trickle, far below the target rate
+                producer.produce("cold", value=f"{n:06d}", partition=n % 3, on_delivery=on_delivery)
+                n += 1
+            producer.poll(0.5)
+        for _ in range(30):
+            producer.produce("cold", value=f"{n:06d}", partition=n % 3, on_delivery=on_delivery)
+            n += 1
+        assert producer.flush(60) == 0
+        assert len(acked) == n
+        assert set(_leaders(nodes[2].bootstrap, "cold").values()) == {1}
+        log_1 = nodes[0].log_text()
+        assert "scaler cold: merge" in log_1, log_1[-3000:]
+        check_exactly_once(read_from_start(nodes[2].bootstrap, "cold", 3), acked)
+    finally:
+        for node in nodes:
+            node.close()

@@ -111,3 +111,25 @@ def test_an_unknown_placement_is_refused_with_a_clear_error(tmp_path) -> None:  
     )
     assert proc.returncode != 0
     assert "STREAMGATE_PLACEMENT must be one of least-loaded, creator" in proc.stderr
+
+
+def test_gather_moves_a_cold_segment_towards_a_lower_live_neighbour() -> None:
+    from core.scaling.gather import gather_move
+    from core.scaling.policy import ScalingPolicy, SegmentLoad
+
+    policy = ScalingPolicy("data-rate", 100.0)
+    owners = {0: 1, 1: 1, 2: 2, 3: 2, 4: 3, 5: 3}  # partition -> node of its open segment
+    mine = [SegmentLoad(7, 2, 3, rate=1.0, age=10.0)]  # node 2's cold segment
+    move = gather_move(mine, policy, 3.0, 2, owners.get, {1, 2, 3})
+    assert move is not None and move.kind == "move" and move.to_node == 1
+    assert move.seal == [7] and move.new_ranges == [(2, 3)]
+    # never towards a higher id (no swaps), a dead node, a hot or young segment, or one
+    # that this evaluation already scales
+    assert gather_move(mine, policy, 3.0, 2, {1: 3, 4: 3}.get, {1, 2, 3}) is None
+    assert gather_move(mine, policy, 3.0, 2, owners.get, {2, 3}) is None
+    hot = [SegmentLoad(7, 2, 3, rate=60.0, age=10.0)]
+    assert gather_move(hot, policy, 3.0, 2, owners.get, {1, 2, 3}) is None
+    young = [SegmentLoad(7, 2, 3, rate=1.0, age=1.0)]
+    assert gather_move(young, policy, 3.0, 2, owners.get, {1, 2, 3}) is None
+    assert gather_move(mine, policy, 3.0, 2, owners.get, {1, 2, 3}, busy={7}) is None
+    assert gather_move(mine, ScalingPolicy(), 3.0, 2, owners.get, {1, 2, 3}) is None

@@ -57,10 +57,11 @@ class SegmentLoad:
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    kind: str  # "split" or "merge"
+    kind: str  # "split", "merge", or "move" (several nodes: core/scaling/gather.py)
     seal: list[int]
     new_ranges: list[Range]
     reason: str
+    to_node: int | None = None  # "move": the node that takes the segment over
 
 
 def decide(loads: Sequence[SegmentLoad], policy: ScalingPolicy, cooldown: float) -> list[Decision]:
