@@ -388,8 +388,6 @@ class TierManager:
     async def apply_retention(self, stream: Stream, now_ms: int | None = None) -> None:
         """Raise log start offsets past tier-2 slices that retention.ms / retention.bytes
         expire. Data still only in tier 1 is never expired (like Kafka's active segment)."""
-        if not CLUSTER.is_local(stream.name):  # several nodes: the topic's owner applies it
-            return
         if "delete" not in split_list(stream.record.configs.get("cleanup.policy", "delete")):
             return  # `compact` alone: only compaction removes data, like Kafka
         retention_ms = _config_int(stream.record.configs, "retention.ms")
@@ -399,6 +397,10 @@ class TierManager:
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         new_starts: dict[int, int] = {}
         for index, partition in stream.iter_partitions():
+            # several nodes: each partition's leader applies it (it has loaded the
+            # partition's whole chunk history; other nodes' views of it may be stale)
+            if not CLUSTER.is_local(stream.name, index):
+                continue
             start = partition.log_start_offset
             slices = [s for s in partition.slices() if s.last_offset >= start]
             if retention_ms >= 0:

@@ -109,7 +109,7 @@ def test_serve_nodes_runs_three_nodes_on_an_embedded_postgres(cluster: NodesClus
 
     expected = list(zip([1, 2, 3], cluster.ports, strict=True))
     for bootstrap in cluster.bootstraps:  # within a sync or two every node knows the others
-        wait_until(lambda b=bootstrap: brokers(b) == expected, 15)
+        wait_until(lambda b=bootstrap: brokers(b) == expected, 30)
     assert (cluster.data_dir / "postgres" / "data" / "PG_VERSION").is_file()
     for i in (1, 2, 3):
         assert (cluster.data_dir / f"node-{i}").is_dir()
@@ -122,7 +122,7 @@ def test_a_topic_deleted_on_one_node_is_forgotten_by_the_others(cluster: NodesCl
     b1, b2, b3 = cluster.bootstraps
     _create(b2, "gone", 2)
     for b in cluster.bootstraps:
-        wait_until(lambda b=b: _topic_view(b, "gone") == (2, {2}), 15)
+        wait_until(lambda b=b: _topic_view(b, "gone") == (2, {2}), 30)
     _produce(b1, "gone", [f"old{n}" for n in range(50)])
     before = {i: _stream_dirs(cluster, i) for i in (1, 2, 3)}
 
@@ -130,16 +130,16 @@ def test_a_topic_deleted_on_one_node_is_forgotten_by_the_others(cluster: NodesCl
     admin = _admin(b1)
     admin.delete_topics(["gone"])["gone"].result(10)
     for b in cluster.bootstraps:
-        wait_until(lambda b=b: _topic_view(b, "gone") is None, 10)
+        wait_until(lambda b=b: _topic_view(b, "gone") is None, 30)
     for i in (2, 3):
-        wait_until(lambda i=i: f"node {i} | ".encode() in _forgot_lines(cluster, "gone"), 10)
+        wait_until(lambda i=i: f"node {i} | ".encode() in _forgot_lines(cluster, "gone"), 30)
     for i in (1, 2, 3):  # the stream's local folder is gone on every node
-        wait_until(lambda i=i: len(before[i] - _stream_dirs(cluster, i)) == 1, 10)
+        wait_until(lambda i=i: len(before[i] - _stream_dirs(cluster, i)) == 1, 30)
 
     # a new topic of the same name, created on node 3: only its own records
     _create(b3, "gone", 1)
     for b in cluster.bootstraps:
-        wait_until(lambda b=b: _topic_view(b, "gone") == (1, {3}), 15)
+        wait_until(lambda b=b: _topic_view(b, "gone") == (1, {3}), 30)
     _produce(b2, "gone", [f"new{n}" for n in range(20)])
     got = _consume_all(b1, "gone", 20, "gone-readers")
     assert sorted(got) == sorted(f"new{n}" for n in range(20))
@@ -159,11 +159,11 @@ def test_partitions_and_configs_changed_on_a_non_leader_reach_every_node(
     b1, b2, b3 = cluster.bootstraps
     _create(b1, "grows", 2)
     for b in cluster.bootstraps:
-        wait_until(lambda b=b: _topic_view(b, "grows") == (2, {1}), 15)
+        wait_until(lambda b=b: _topic_view(b, "grows") == (2, {1}), 30)
     admin = _admin(b3)
     admin.create_partitions([NewPartitions("grows", 4)])["grows"].result(10)
     for b in cluster.bootstraps:
-        wait_until(lambda b=b: _topic_view(b, "grows") == (4, {1}), 10)
+        wait_until(lambda b=b: _topic_view(b, "grows") == (4, {1}), 30)
     resource = ConfigResource(ResourceType.TOPIC, "grows", set_config={"retention.ms": "3600000"})
     admin = _admin(b2)
     admin.alter_configs([resource])[resource].result(10)
@@ -175,7 +175,7 @@ def test_partitions_and_configs_changed_on_a_non_leader_reach_every_node(
         return configs["retention.ms"].value
 
     for b in cluster.bootstraps:
-        wait_until(lambda b=b: retention(b) == "3600000", 10)
+        wait_until(lambda b=b: retention(b) == "3600000", 30)
     # the leader serves the new partitions
     _produce(b2, "grows", [f"p3-{n}" for n in range(10)], partition=3)
     got = _consume_all(b3, "grows", 10, "grows-readers")
@@ -188,7 +188,7 @@ def test_the_supervisor_restarts_a_killed_node_and_nothing_acked_is_lost(
     b1, b2, _ = cluster.bootstraps
     _create(b2, "crashy", 3)
     for b in cluster.bootstraps:
-        wait_until(lambda b=b: _topic_view(b, "crashy") == (3, {2}), 15)
+        wait_until(lambda b=b: _topic_view(b, "crashy") == (3, {2}), 30)
     acked: dict[str, tuple[int, int]] = {}
 
     def on_delivery(err, msg) -> None:  # type: ignore[no-untyped-def]
@@ -238,7 +238,7 @@ def test_the_whole_cluster_restarts_with_its_topics(cluster: NodesCluster) -> No
         assert f"node {i}: stopped (exited with status 0)" in log
     cluster.start()
     for b in cluster.bootstraps:
-        wait_until(lambda b=b: _topic_view(b, "kept") == (1, {1}), 15)
+        wait_until(lambda b=b: _topic_view(b, "kept") == (1, {1}), 30)
     assert sorted(_consume_all(cluster.bootstraps[2], "kept", 30, "kept-readers")) == sorted(
         f"k{n}" for n in range(30)
     )
