@@ -736,7 +736,7 @@ def write_outputs(
         "results": results,
     }
     write_report(args.out.with_suffix(".json"), report)
-    report["provenance"] = provenance()
+    report["provenance"] = args.provenance
     headers, rows = table(results)
     args.out.with_suffix(".md").write_text(markdown(headers, rows, report))
     plot(results, args.out.with_suffix(".png"))
@@ -786,6 +786,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         started = start_targets(args, work)
         code = code_state()
+        # taken once, before this run's own result files make the tree dirty
+        args.provenance = provenance()
 
         def checkpoint(results: dict[str, dict[str, list[Report]]], runs_done: int) -> None:
             write_outputs(args, sizes, code, server_figures(started), results, runs_done)
