@@ -199,10 +199,16 @@ def _leaders_known(bootstrap: str, topics: list[str], nodes: int) -> bool:
     return True
 
 
+CREATOR_PLACEMENT = {"STREAMGATE_PLACEMENT": "creator"}
+
+
 def _scale_out(work: Path, nodes: int, records: int, size: int, rounds: int) -> dict[str, Any]:
     """`serve --nodes N`: per round, one new topic created on (so led by) each node, one
     producer per topic at once, then one consumer per topic at once; medians of rounds."""
-    cluster = NodesCluster(work / f"scale{nodes}", nodes, default_partitions=PARTITIONS)
+    # each topic led by its creator (placement `creator`), so each client talks to one node
+    cluster = NodesCluster(
+        work / f"scale{nodes}", nodes, default_partitions=PARTITIONS, env=CREATOR_PLACEMENT
+    )
     cluster.start()
     try:
         produce, consume = [], []
@@ -241,7 +247,11 @@ def _failover(work: Path, lease: str, rounds: int) -> list[float]:
     """`serve --nodes 2 --node-lease-s LEASE`: seconds from SIGKILL of node 1 to the first
     record acknowledged by its restarted process (the supervisor restarts it)."""
     cluster = NodesCluster(
-        work / f"failover{lease}", 2, ["--node-lease-s", lease], default_partitions=1
+        work / f"failover{lease}",
+        2,
+        ["--node-lease-s", lease],
+        default_partitions=1,
+        env=CREATOR_PLACEMENT,  # the topic is node 1's, the node this kills
     )
     cluster.start()
     topic = f"failover-{uuid.uuid4().hex[:6]}"
