@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import (
     AdminClient,
     ConfigResource,
@@ -161,7 +161,19 @@ def test_partitions_and_configs_changed_on_a_non_leader_reach_every_node(
     for b in cluster.bootstraps:
         wait_until(lambda b=b: _topic_view(b, "grows") == (2, {1}), 30)
     admin = _admin(b3)
-    admin.create_partitions([NewPartitions("grows", 4)])["grows"].result(10)
+
+    def grown() -> bool:
+        # the controller node may not have opened the topic yet right after its sync
+        # (UNKNOWN_TOPIC_OR_PARTITION, seen under load): the client would retry too
+        try:
+            admin.create_partitions([NewPartitions("grows", 4)])["grows"].result(10)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise
+            return False
+        return True
+
+    wait_until(grown, 30, interval=0.5)
     for b in cluster.bootstraps:
         wait_until(lambda b=b: _topic_view(b, "grows") == (4, {1}), 30)
     resource = ConfigResource(ResourceType.TOPIC, "grows", set_config={"retention.ms": "3600000"})
