@@ -147,7 +147,7 @@ async def _start_node(settings: Settings, store: StreamStore, root: trio.Nursery
         settings.metadata_url or "",
         NodeSettings(
             settings.node_id,
-            settings.advertised_host or settings.listen_host,
+            settings.advertised_host or _default_advertised_host(settings.listen_host),
             settings.advertised_port or settings.listen_port,
             lease_s=settings.node_lease_s,
             exclusive=not settings.multi_node,

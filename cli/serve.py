@@ -206,12 +206,14 @@ def register(commands: argparse._SubParsersAction) -> None:
         default=int(_env("NODE_ID", "1") or 1),
         help="this node's id in a cluster sharing --metadata (STREAMGATE_NODE_ID, default 1)",
     )
+    multi_node = _env("MULTI_NODE")
     serve_cmd.add_argument(
         "--multi-node",
         type=_bool,
-        default=_bool(_env("MULTI_NODE", "false") or "false"),
-        help="with --metadata: several active nodes share the database, each topic led by "
-        "the node that created it (STREAMGATE_MULTI_NODE; experimental, default false)",
+        default=_bool(multi_node) if multi_node else None,
+        help="with --metadata: several active nodes share the database, each partition led "
+        "by the node owning its open segment (STREAMGATE_MULTI_NODE; default true with "
+        "--metadata; false: one active node per database, the others refused)",
     )
     serve_cmd.add_argument(
         "--nodes",
@@ -385,7 +387,9 @@ def run(args: argparse.Namespace) -> int:
     settings.metadata_url = args.metadata
     settings.node_id = args.node_id
     settings.node_lease_s = args.node_lease_s
-    settings.multi_node = args.multi_node
+    # the issue's `serve --node-id N --metadata postgresql://...` on each node just works:
+    # several active nodes unless --multi-node false asks for one
+    settings.multi_node = bool(args.metadata) if args.multi_node is None else args.multi_node
     _check_placement()
     os.makedirs(settings.data_dir, exist_ok=True)
     gc_tuning.tune()  # many long-lived objects: see core/gc_tuning.py

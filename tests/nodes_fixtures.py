@@ -37,8 +37,15 @@ def pg_url(postgres: PostgresServer) -> str:
     return postgres.url.rsplit("/", 1)[0] + "/" + name
 
 
-def gateway_args(url: str, node_id: int = 1, lease_s: float = 3.0) -> list[str]:
-    return ["--metadata", url, "--node-id", str(node_id), "--node-lease-s", str(lease_s)]
+def gateway_args(
+    url: str, node_id: int = 1, lease_s: float = 3.0, multi_node: bool | None = False
+) -> list[str]:
+    """serve's node flags. multi_node=False is the one-active-node mode the single-node tests
+    assume; None leaves the flag out (the default with --metadata: several active nodes)."""
+    args = ["--metadata", url, "--node-id", str(node_id), "--node-lease-s", str(lease_s)]
+    if multi_node is not None:
+        args += ["--multi-node", "true" if multi_node else "false"]
+    return args
 
 
 def log_of(path: Path) -> str:

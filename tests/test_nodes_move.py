@@ -45,8 +45,8 @@ def _cluster(
             tmp_path / f"n{i}",
             tmp_path / f"n{i}.log",
             [
-                *gateway_args(url, i),
-                *("--multi-node", "true", "--tier2", str(tmp_path / "t2")),
+                *gateway_args(url, i, multi_node=True),
+                *("--tier2", str(tmp_path / "t2")),
                 *extra,
             ],
             metrics=True,

@@ -41,7 +41,9 @@ def cluster(tmp_path: Path, pg_url: str):  # noqa: F811
         Gateway(
             tmp_path / f"n{i}",
             tmp_path / f"n{i}.log",
-            [*gateway_args(pg_url, i), "--multi-node", "true", "--tier2", str(tmp_path / "t2")],
+            # the plain `serve --metadata postgresql://... --node-id N`: several active
+            # nodes is the default with --metadata
+            [*gateway_args(pg_url, i, multi_node=None), "--tier2", str(tmp_path / "t2")],
             env=CREATOR_PLACEMENT,
         )
         for i in (1, 2, 3)
@@ -132,7 +134,7 @@ def test_a_node_killed_under_load_loses_nothing_and_the_others_keep_serving(
         Gateway(
             tmp_path / f"k{i}",
             tmp_path / f"k{i}.log",
-            [*gateway_args(pg_url, i, lease_s=1.0), "--multi-node", "true"],
+            gateway_args(pg_url, i, lease_s=1.0, multi_node=True),
             env=CREATOR_PLACEMENT,
         )
         for i in (1, 2, 3)

@@ -316,7 +316,9 @@ async def admin_topics(ctx: CellContext) -> str:
     a = await _admin(ctx)
     try:
         await a.create_topics([NewTopic(ctx.topic, 2, 1)])
-        expect(ctx.topic in await a.list_topics(), "created topic not listed")
+        # Kafka's brokers learn of a new topic asynchronously (its AdminClient says so): a
+        # user lists again until it shows, as here
+        await _wait_async(lambda: a.list_topics(), lambda t: ctx.topic in t, 10)
         desc = await a.describe_topics([ctx.topic])
         expect(len(desc[0]["partitions"]) == 2, f"described {desc}")
         await a.delete_topics([ctx.topic])

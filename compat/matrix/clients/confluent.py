@@ -299,8 +299,13 @@ def _admin(ctx: CellContext) -> AdminClient:
 def admin_topics(ctx: CellContext) -> str:
     a = _admin(ctx)
     a.create_topics([NewTopic(ctx.topic, 2, 1)])[ctx.topic].result(timeout=20)
-    md = a.list_topics(timeout=10)
-    expect(ctx.topic in md.topics, "created topic not listed")
+
+    # Kafka's brokers learn of a new topic asynchronously: list again until it shows
+    def listed() -> Any:
+        md = a.list_topics(timeout=10)
+        return md if ctx.topic in md.topics else None
+
+    md = wait_for(listed, 10, "the created topic to be listed")
     expect(len(md.topics[ctx.topic].partitions) == 2, "wrong partition count")
     a.delete_topics([ctx.topic])[ctx.topic].result(timeout=20)
     wait_for(lambda: ctx.topic not in a.list_topics(timeout=10).topics, 20, "the topic to go")

@@ -404,7 +404,8 @@ def _topics(ctx: CellContext, *args: str) -> str:
 
 def admin_topics(ctx: CellContext) -> str:
     _topics(ctx, "--create", "--topic", ctx.topic, "--partitions", "2", "--replication-factor", "1")
-    expect(ctx.topic in _topics(ctx, "--list").split(), "created topic not listed")
+    # Kafka's brokers learn of a new topic asynchronously: list again until it shows
+    wait_for(lambda: ctx.topic in _topics(ctx, "--list").split(), 10, "the created topic listed")
     desc = _topics(ctx, "--describe", "--topic", ctx.topic)
     expect("PartitionCount: 2" in desc, f"describe: {desc[:300]!r}")
     _topics(ctx, "--delete", "--topic", ctx.topic)

@@ -277,7 +277,8 @@ def admin_topics(ctx: CellContext) -> str:
     a = _admin(ctx)
     try:
         a.create_topics([NewTopic(ctx.topic, 2, 1)])
-        expect(ctx.topic in a.list_topics(), "created topic not listed")
+        # Kafka's brokers learn of a new topic asynchronously: list again until it shows
+        wait_for(lambda: ctx.topic in a.list_topics(), 10, "the created topic to be listed")
         desc = a.describe_topics([ctx.topic])
         expect(len(desc[0]["partitions"]) == 2, f"described {desc}")
         a.delete_topics([ctx.topic])
