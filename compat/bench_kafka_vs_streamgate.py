@@ -735,8 +735,8 @@ def write_outputs(
         "servers": servers,
         "results": results,
     }
+    report["provenance"] = args.provenance  # the run's start: its own writes dirty the tree
     write_report(args.out.with_suffix(".json"), report)
-    report["provenance"] = args.provenance
     headers, rows = table(results)
     args.out.with_suffix(".md").write_text(markdown(headers, rows, report))
     plot(results, args.out.with_suffix(".png"))
