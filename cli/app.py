@@ -101,6 +101,7 @@ async def serve(settings: Settings) -> None:
         store.on_topic_deleted.append(groups.on_topic_deleted)
         if membership is not None and settings.multi_node:
             membership.offsets_sink = groups.offsets.refresh_group
+            groups.offsets.group_loader = membership.load_group_offsets
         await root.start(groups.run)
         txns = TransactionCoordinator(store, store.metadata, store.worker, groups.offsets.commit)
         await root.start(txns.run)

@@ -542,6 +542,16 @@ class PostgresMetadataStore:
             ).fetchall()
         return [CommittedOffset(*row) for row in rows]
 
+    def load_group_offsets(self, group_id: str) -> list[CommittedOffset]:
+        """One group's committed offsets (several nodes: read before an OffsetFetch)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT group_id, topic, partition, committed_offset, leader_epoch, metadata, "
+                "commit_ms FROM committed_offsets WHERE group_id = %s ORDER BY topic, partition",
+                (group_id,),
+            ).fetchall()
+        return [CommittedOffset(*row) for row in rows]
+
     def commit_offsets(self, offsets: list[CommittedOffset]) -> None:
         with self._transaction() as db:
             db.cursor().executemany(

@@ -130,6 +130,12 @@ class NodeMembership:
         except Exception as exc:
             log.warning("node %d: segment sync failed: %s", self.settings.node_id, exc)
 
+    async def load_group_offsets(self, group_id: str) -> list[CommittedOffset]:
+        """One group's committed offsets, from the database (OffsetStore.group_loader)."""
+        assert self._db is not None, "register first"
+        rows: list[CommittedOffset] = await self._call(self._db.load_group_offsets, group_id)
+        return rows
+
     async def _refresh_offsets(
         self,
         db: PostgresMetadataStore,

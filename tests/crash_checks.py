@@ -10,7 +10,7 @@ import time
 import uuid
 from collections import defaultdict
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 Stored = dict[int, list[tuple[int, str]]]  # partition -> [(offset, value)] in read order
 
@@ -25,10 +25,7 @@ def read_from_start(bootstrap: str, topic: str, partitions: int, timeout: float 
             "auto.offset.reset": "error",
         }
     )
-    marks = {
-        p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-        for p in range(partitions)
-    }
+    marks = {p: _watermarks(consumer, TopicPartition(topic, p)) for p in range(partitions)}
     assert all(low == 0 for low, _high in marks.values()), f"log start moved: {marks}"
     total = sum(high for _low, high in marks.values())
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
@@ -43,6 +40,26 @@ def read_from_start(bootstrap: str, topic: str, partitions: int, timeout: float 
         records[msg.partition()].append((msg.offset(), msg.value().decode()))
     consumer.close()
     return records
+
+
+def _watermarks(consumer: Consumer, tp: TopicPartition, timeout: float = 30) -> tuple[int, int]:
+    """The partition's watermarks, asked again on the errors a client retries: a partition
+    whose leader just moved (several nodes) answers NOT_LEADER_OR_FOLLOWER, or is unknown
+    to librdkafka, until its metadata refresh finds the new leader."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            marks: tuple[int, int] = consumer.get_watermark_offsets(tp, timeout=10)
+            return marks
+        except KafkaException as exc:
+            error = exc.args[0]
+            retriable = error.retriable() or error.code() in (
+                KafkaError._UNKNOWN_PARTITION,
+                KafkaError.NOT_LEADER_FOR_PARTITION,
+            )
+            if not retriable or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def check_exactly_once(

@@ -253,3 +253,48 @@ def test_a_group_moves_to_another_coordinator_with_its_committed_offsets(
     # resumed from the committed offsets: only the 10 new records, none of the first 100
     assert sorted(values) == sorted(f"m{n}" for n in range(100, 110)), values[:5]
     assert extra is None or extra.error() is not None
+
+
+def test_an_offset_committed_on_one_node_is_fetched_at_once_on_another(
+    cluster: list[Gateway],
+) -> None:
+    """OffsetFetch reads the group's rows from the database first: a commit made through
+    one node is seen through any other right away (a coordinator that moves between the two
+    calls misses nothing), not after the nodes' periodic offset refresh."""
+    from group_members import committed_offsets
+    from kio.schema.offset_commit.v8.request import (
+        OffsetCommitRequest,
+        OffsetCommitRequestPartition,
+        OffsetCommitRequestTopic,
+    )
+    from kio.static.primitive import i32, i64
+
+    admin = AdminClient({"bootstrap.servers": cluster[0].bootstrap})
+    admin.create_topics([NewTopic("fresh", num_partitions=2)])["fresh"].result(10)
+    wait_until(lambda: _leaders(cluster[1].bootstrap, "fresh") == ({1, 2, 3}, {1}), 15)
+    for offset in (42, 43, 97):
+        with RawClient(cluster[0].bootstrap) as client:
+            response = client.request(
+                OffsetCommitRequest(
+                    group_id="fresh-g",
+                    generation_id_or_member_epoch=i32(-1),
+                    member_id="",
+                    group_instance_id=None,
+                    topics=(
+                        OffsetCommitRequestTopic(
+                            name="fresh",
+                            partitions=(
+                                OffsetCommitRequestPartition(
+                                    partition_index=i32(1),
+                                    committed_offset=i64(offset),
+                                    committed_leader_epoch=i32(-1),
+                                    committed_metadata=None,
+                                ),
+                            ),
+                        ),
+                    ),
+                )
+            )
+        assert [p.error_code for t in response.topics for p in t.partitions] == [0]
+        for node in cluster[1:]:  # straight away, on the nodes that did not take the commit
+            assert committed_offsets(node.bootstrap, "fresh-g") == {("fresh", 1): offset}

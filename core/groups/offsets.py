@@ -7,12 +7,15 @@ the disk: everything is loaded once when the coordinator starts.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Protocol
 
 import trio
 
 from core.metadata import CommittedOffset
+
+log = logging.getLogger(__name__)
 
 Partition = tuple[str, int]  # (topic, partition index)
 Offload = Callable[..., Awaitable[None]]  # offload(fn, *args): run fn(*args) off the loop
@@ -52,6 +55,9 @@ class OffsetStore:
         self._groups: dict[str, dict[Partition, CommittedOffset]] = {}
         self._open_batch: _CommitBatch | None = None
         self._write_lock = trio.Lock()
+        # Several active nodes: reads one group's rows from the shared database, so an
+        # OffsetFetch sees every commit made on any node (set by cli.app)
+        self.group_loader: Callable[[str], Awaitable[list[CommittedOffset]]] | None = None
         for offset in persistence.load_offsets():
             self._groups.setdefault(offset.group_id, {})[(offset.topic, offset.partition)] = offset
 
@@ -70,6 +76,20 @@ class OffsetStore:
             self._groups[group_id] = merged
         else:
             self._groups.pop(group_id, None)
+
+    async def load_fresh(self, group_id: str) -> None:
+        """Several nodes: bring the group's cache up to the database before it is read, so
+        a commit made on another node just before the group's coordinator moved here is
+        not missed. Merged as `refresh_group` does (a newer commit here wins); a database
+        that cannot be read leaves the cache as it is (it is at most one refresh old)."""
+        if self.group_loader is None:
+            return
+        try:
+            rows = await self.group_loader(group_id)
+        except Exception as exc:
+            log.warning("offsets of group %r not reloaded, serving the cache: %s", group_id, exc)
+            return
+        self.refresh_group(group_id, rows, replace=False)
 
     def group_ids(self) -> list[str]:
         return list(self._groups)

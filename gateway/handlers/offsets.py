@@ -76,6 +76,7 @@ async def offset_fetch(ctx: GatewayContext, header: RequestHeader, body: Any) ->
     """Committed offsets of the requested partitions (-1 where there is none), or of every
     partition the group has committed when topics is null (v2+)."""
     group_id = body.group_id
+    await ctx.groups.offsets.load_fresh(group_id)  # several nodes: read the database
     if body.topics is None:
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for offset in ctx.groups.all_committed(group_id):
