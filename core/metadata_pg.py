@@ -535,20 +535,18 @@ class PostgresMetadataStore:
     # --- committed offsets -----------------------------------------------------------------
 
     def load_offsets(self) -> list[CommittedOffset]:
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT group_id, topic, partition, committed_offset, leader_epoch, metadata, "
-                "commit_ms FROM committed_offsets ORDER BY group_id, topic, partition"
-            ).fetchall()
-        return [CommittedOffset(*row) for row in rows]
+        return self._select_offsets("", ())
 
     def load_group_offsets(self, group_id: str) -> list[CommittedOffset]:
         """One group's committed offsets (several nodes: read before an OffsetFetch)."""
+        return self._select_offsets("WHERE group_id = %s", (group_id,))
+
+    def _select_offsets(self, where: str, params: tuple[str, ...]) -> list[CommittedOffset]:
         with self._lock:
             rows = self._db.execute(
                 "SELECT group_id, topic, partition, committed_offset, leader_epoch, metadata, "
-                "commit_ms FROM committed_offsets WHERE group_id = %s ORDER BY topic, partition",
-                (group_id,),
+                f"commit_ms FROM committed_offsets {where} ORDER BY group_id, topic, partition",
+                params,
             ).fetchall()
         return [CommittedOffset(*row) for row in rows]
 
