@@ -10,22 +10,30 @@ import time
 import uuid
 from collections import defaultdict
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
+
+# client events while a node restarts or a partition's leader moves (several nodes)
+_TRANSIENT = {
+    KafkaError._TRANSPORT,
+    KafkaError._DESTROY_BROKER,
+    KafkaError._ALL_BROKERS_DOWN,
+    KafkaError._UNKNOWN_PARTITION,
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+}
 
 Stored = dict[int, list[tuple[int, str]]]  # partition -> [(offset, value)] in read order
 
 
 def read_from_start(bootstrap: str, topic: str, partitions: int, timeout: float = 90) -> Stored:
     """Every record of every partition, from offset 0 up to the high watermark."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"crash-check-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False,
-            "auto.offset.reset": "error",
-        }
-    )
-    marks = {p: _watermarks(consumer, TopicPartition(topic, p)) for p in range(partitions)}
+    consumer, marks = _consumer_with_watermarks(bootstrap, topic, partitions)
     assert all(low == 0 for low, _high in marks.values()), f"log start moved: {marks}"
     total = sum(high for _low, high in marks.values())
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
@@ -36,30 +44,47 @@ def read_from_start(bootstrap: str, topic: str, partitions: int, timeout: float 
         msg = consumer.poll(0.5)
         if msg is None:
             continue
-        assert msg.error() is None, msg.error()
+        error = msg.error()
+        if error is not None and error.code() in _TRANSIENT:
+            continue  # a broker restarting or a leader moving: the client carries on
+        assert error is None, error
         records[msg.partition()].append((msg.offset(), msg.value().decode()))
     consumer.close()
     return records
 
 
-def _watermarks(consumer: Consumer, tp: TopicPartition, timeout: float = 30) -> tuple[int, int]:
-    """The partition's watermarks, asked again on the errors a client retries: a partition
-    whose leader just moved (several nodes) answers NOT_LEADER_OR_FOLLOWER, or is unknown
-    to librdkafka, until its metadata refresh finds the new leader."""
+def _new_consumer(bootstrap: str) -> Consumer:
+    return Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"crash-check-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "error",
+        }
+    )
+
+
+def _consumer_with_watermarks(
+    bootstrap: str, topic: str, partitions: int, timeout: float = 30
+) -> tuple[Consumer, dict[int, tuple[int, int]]]:
+    """A consumer and every partition's watermarks. While a partition's leader has just
+    moved or restarted (several nodes), librdkafka may call it unknown, get
+    NOT_LEADER_OR_FOLLOWER, or be replacing its broker handle, and it keeps the metadata that
+    said so: ask again with a new consumer. An error that lasts `timeout` is raised."""
     deadline = time.monotonic() + timeout
     while True:
+        consumer = _new_consumer(bootstrap)
         try:
-            marks: tuple[int, int] = consumer.get_watermark_offsets(tp, timeout=10)
-            return marks
-        except KafkaException as exc:
-            error = exc.args[0]
-            retriable = error.retriable() or error.code() in (
-                KafkaError._UNKNOWN_PARTITION,
-                KafkaError.NOT_LEADER_FOR_PARTITION,
-            )
-            if not retriable or time.monotonic() > deadline:
+            marks = {
+                p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+                for p in range(partitions)
+            }
+            return consumer, marks
+        except KafkaException:
+            consumer.close()
+            if time.monotonic() > deadline:
                 raise
-            time.sleep(0.2)
+            time.sleep(0.5)
 
 
 def check_exactly_once(
