@@ -2,7 +2,8 @@
 
 Every change is made durable (one SQLite transaction, synchronous=FULL) before it is
 visible in memory, so an acknowledged OffsetCommit survives a crash. Reads never touch
-the disk: everything is loaded once when the coordinator starts.
+the disk: everything is loaded once when the coordinator starts (with several nodes, an
+OffsetFetch first reads its group's rows from the shared database: `load_fresh`).
 """
 
 from __future__ import annotations

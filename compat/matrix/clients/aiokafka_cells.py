@@ -383,7 +383,12 @@ async def admin_configs(ctx: CellContext) -> str:
             or all(r[0] == 0 for resp in altered for r in resp.resources),
             f"alter: {altered}",
         )
+        # Kafka's brokers apply a config change asynchronously: describe again until it shows
         after = _configs(await a.describe_configs([res]), ctx.topic)
+        deadline = time.monotonic() + 10
+        while after.get("retention.ms") != "123456789" and time.monotonic() < deadline:
+            await asyncio.sleep(0.3)
+            after = _configs(await a.describe_configs([res]), ctx.topic)
     finally:
         await a.close()
     expect(after["retention.ms"] == "123456789", f"retention.ms={after['retention.ms']}")

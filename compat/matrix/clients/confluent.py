@@ -334,7 +334,16 @@ def admin_configs(ctx: CellContext) -> str:
     op = ConfigEntry("retention.ms", "123456789", incremental_operation=AlterConfigOpType.SET)
     res2 = ConfigResource(ConfigResource.Type.TOPIC, ctx.topic, incremental_configs=[op])
     a.incremental_alter_configs([res2])[res2].result(timeout=20)
-    after = a.describe_configs([res])[res].result(timeout=20)
+    # Kafka's brokers apply a config change asynchronously: describe again until it shows
+    after: Any = {}
+
+    def altered() -> bool:
+        nonlocal after
+        after = a.describe_configs([res])[res].result(timeout=20)
+        return bool(after["retention.ms"].value == "123456789")
+
+    with contextlib.suppress(AssertionError):
+        wait_for(altered, 10, "the altered retention.ms")
     expect(after["retention.ms"].value == "123456789", f"retention.ms={after['retention.ms']}")
     return f"{len(before)} configs described; retention.ms altered"
 

@@ -6,6 +6,7 @@ The verifiable producer/consumer (what Kafka's system tests use) print one JSON 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -430,7 +431,16 @@ def admin_configs(ctx: CellContext) -> str:
         ctx.topic,
     ]
     _tool(ctx, "kafka-configs.sh", [*base, "--alter", "--add-config", "retention.ms=123456789"])
-    desc = _tool(ctx, "kafka-configs.sh", [*base, "--describe"])
+    # Kafka's brokers apply a config change asynchronously: describe again until it shows
+    desc = ""
+
+    def described() -> bool:
+        nonlocal desc
+        desc = _tool(ctx, "kafka-configs.sh", [*base, "--describe"])
+        return "retention.ms=123456789" in desc
+
+    with contextlib.suppress(AssertionError):
+        wait_for(described, 10, "the altered retention.ms")
     expect("retention.ms=123456789" in desc, f"describe: {desc[:300]!r}")
     every = _tool(ctx, "kafka-configs.sh", [*base, "--describe", "--all"])
     expect("max.message.bytes=" in every, f"describe --all: {every[:300]!r}")

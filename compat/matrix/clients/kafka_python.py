@@ -339,7 +339,12 @@ def admin_configs(ctx: CellContext) -> str:
             ],
             incremental=True,
         )
+        # Kafka's brokers apply a config change asynchronously: describe again until it shows
         after = _topic_configs(a, ctx.topic)
+        deadline = time.monotonic() + 10
+        while after.get("retention.ms") != "123456789" and time.monotonic() < deadline:
+            time.sleep(0.3)
+            after = _topic_configs(a, ctx.topic)
     finally:
         a.close()
     expect(after["retention.ms"] == "123456789", f"retention.ms={after['retention.ms']}")
