@@ -36,6 +36,7 @@ from gateway.handlers import (
 from gateway.handlers import security as security_handlers
 from gateway.handlers.context import CLIENT_HOST, LISTENER, PRINCIPAL, GatewayContext
 from gateway.handlers.data import ProduceOutcome
+from gateway.lean_stream import LeanSocketStream
 from gateway.protocol.apis import SUPPORTED_APIS, ApiKey
 from gateway.protocol.codec import (
     ProtocolError,
@@ -219,7 +220,11 @@ class Gateway:
                     await self._serve(tls, sasl)
                 return
             async with stream:
-                await self._serve(stream, sasl)
+                lean = LeanSocketStream(stream)
+                try:
+                    await self._serve(lean, sasl)
+                finally:
+                    lean.close_duplicate()
         except* _CloseConnection as group:
             _client_faults.info("%s: closing connection: %s", peer, group.exceptions[0])
         except* (FrameError, ProtocolError) as group:
@@ -284,7 +289,10 @@ class Gateway:
                                 await mute.wait()  # pipelined requests wait out a throttle
                             slot = _ResponseSlot()
                             idle.request_started()
-                            await send_slots.send(slot)
+                            try:  # no pass through the scheduler unless the window is full
+                                send_slots.send_nowait(slot)
+                            except trio.WouldBlock:
+                                await send_slots.send(slot)
                             if sasl is not None and not sasl.authenticated:
                                 # Before authentication, one frame at a time: the next
                                 # frame's meaning depends on this one's outcome.
@@ -364,7 +372,8 @@ class Gateway:
 
     async def _settle(self, slot: _ResponseSlot) -> None:
         """Wait until the slot's response is final."""
-        await slot.done.wait()
+        if not slot.done.is_set():  # (waiting on a set event would still yield)
+            await slot.done.wait()
         if slot.pending is not None:
             pending, slot.pending = slot.pending, None
             await self._finish_request(pending, slot)

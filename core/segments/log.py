@@ -37,6 +37,8 @@ from dataclasses import dataclass
 import crc32c
 import trio
 
+from core.segments.flush_threads import FLUSH_THREADS
+
 log = logging.getLogger(__name__)
 
 ENTRY_HEADER = struct.Struct(">IIi")
@@ -407,7 +409,7 @@ class SegmentLog:
             active = self._active
             token = trio.lowlevel.current_trio_token()
             try:
-                last = await trio.to_thread.run_sync(
+                last = await FLUSH_THREADS.run_sync(
                     self._write_groups, buffers, batch, start, active, token
                 )
             except _GroupFailed as failed:
