@@ -3,8 +3,10 @@
 A quick, noise-tolerant probe for produce-path work (issue 15): for each tree given, start a
 fresh gateway from that tree (`python -m gateway serve`, via `harness.gateway.Gateway`),
 produce 1 KiB records with confluent-kafka at a fixed rate (acks=all), and report the
-delivery latency p50/p99 and the gateway's CPU seconds per 1,000 produce requests. Trees
-alternate run by run so the machine's noise hits them alike.
+delivery latency p50/p99 and the gateway's CPU milliseconds per produce request. With
+`--tail` a consumer reads every record as it arrives (the end-to-end workloads' load: a Fetch
+answered per durable group), and the CPU per produce request then includes those fetches.
+Trees alternate run by run so the machine's noise hits them alike.
 
     python compat/probe_produce_latency.py --tree . --tree /tmp/base --rate 2000 --runs 3
 """
@@ -16,11 +18,12 @@ import json
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Producer
+from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from harness.gateway import Gateway
@@ -34,6 +37,42 @@ def _create_topic(bootstrap: str, topic: str, partitions: int) -> None:
         future.result(timeout=30)
 
 
+_PARTITIONS = 8
+
+
+class _Tail:
+    """A confluent-kafka consumer in a thread, reading the probe topic from its end as the
+    benchmark's end-to-end workloads do (a Fetch answered per durable group)."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"probe-tail-{time.monotonic_ns()}",
+                "auto.offset.reset": "latest",
+                "enable.auto.commit": False,
+            }
+        )
+        self.consumer.assign([TopicPartition("probe", p, OFFSET_END) for p in range(_PARTITIONS)])
+        self.consumed = 0
+        self.running = True
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while self.running:
+            for message in self.consumer.consume(1000, timeout=0.1):
+                if message.error() is None:
+                    self.consumed += 1
+
+    def stop(self) -> int:
+        time.sleep(0.5)  # the last records' fetches
+        self.running = False
+        self.thread.join()
+        self.consumer.close()
+        return self.consumed
+
+
 def run_once(
     tree: Path,
     rate: float,
@@ -42,6 +81,7 @@ def run_once(
     producers: int,
     grep: str = "",
     size: int = 1024,
+    tail: bool = False,
 ) -> dict[str, Any]:
     """One fresh gateway from `tree`; `producers` clients share `rate` records/s."""
     with tempfile.TemporaryDirectory(prefix="probe-") as tmp:
@@ -49,7 +89,7 @@ def run_once(
         gw.cwd = tree  # run that tree's code: `-m gateway` imports from the working dir
         gw.start_fresh()
         try:
-            _create_topic(gw.bootstrap, "probe", 8)
+            _create_topic(gw.bootstrap, "probe", _PARTITIONS)
             latencies: list[float] = []
             requests = [0] * producers
             errors = [0]
@@ -79,6 +119,7 @@ def run_once(
                 c.list_topics("probe", timeout=30)
             payload = b"x" * size
             count = int(rate * seconds)
+            tailing = _Tail(gw.bootstrap) if tail else None
             pid = gw.pid
             assert pid is not None
             cpu0 = proc_cpu_seconds(pid) or 0.0
@@ -97,11 +138,12 @@ def run_once(
                         latencies.append(time.perf_counter() - sent)
 
                 c = clients[i % producers]
-                c.produce("probe", payload, partition=i % 8, on_delivery=on_delivery)
+                c.produce("probe", payload, partition=i % _PARTITIONS, on_delivery=on_delivery)
                 c.poll(0)
             for c in clients:
                 c.flush(30)
             cpu = (proc_cpu_seconds(pid) or 0.0) - cpu0
+            consumed = tailing.stop() if tailing is not None else None
             time.sleep(0.7)  # one more stats callback
             for c in clients:
                 c.poll(0.1)
@@ -117,6 +159,7 @@ def run_once(
                 "p99_ms": round(latencies[int(len(latencies) * 0.99)] * 1000, 2),
                 "requests": total_requests,
                 "gateway_cpu_s": round(cpu, 3),
+                "tail_consumed": consumed,
                 "cpu_ms_per_request": round(cpu * 1000 / total_requests, 3)
                 if total_requests
                 else None,
@@ -138,6 +181,9 @@ def main() -> int:
     parser.add_argument("--producers", type=int, default=1)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--size", type=int, default=1024, help="record value bytes")
+    parser.add_argument(
+        "--tail", action="store_true", help="a consumer reads every record as it arrives"
+    )
     parser.add_argument("--grep", default="", help="print the gateway log lines containing this")
     args = parser.parse_args()
     results: dict[str, list[dict[str, Any]]] = {str(t): [] for t in args.tree}
@@ -152,6 +198,7 @@ def main() -> int:
                 args.producers,
                 args.grep,
                 args.size,
+                args.tail,
             )
             results[str(tree)].append(r)
             print(tree, json.dumps(r), flush=True)
