@@ -3,8 +3,11 @@
 Starts Kafka (`harness.kafka.KafkaBroker`, KRaft, one node), a second Kafka with
 `flush.messages=1` (fsync per message, streamgate's durability) and a fresh streamgate
 (`harness.gateway.Gateway`), then runs every workload on every target, alternating the
-targets run by run (the order rotates) so the machine's noise hits all of them. Each figure
-is the median of `--runs` runs. Writes JSON (with provenance), a Markdown table and a PNG.
+targets run by run (the order rotates) so the machine's noise hits all of them, with every
+dirty page written back before each run (`os.sync`): Kafka acknowledges from the page cache,
+and its writeback would otherwise land on the fsyncs of whichever target runs next. Each
+figure is the median of `--runs` runs. Writes JSON (with provenance), a Markdown table and a
+PNG.
 
     python compat/bench_kafka_vs_streamgate.py [--runs 3] [--quick] [--workloads a,b]
 
@@ -25,6 +28,7 @@ The fsync-per-message Kafka runs the latency workloads only (it is that row of t
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import sys
@@ -687,12 +691,19 @@ def run_all(
             order = order[run % len(order) :] + order[: run % len(order)]  # rotate per run
             for name in order:
                 display.log(f"run {run + 1}/{args.runs}: {workload} on {name}")
+                # Write back every dirty page first: a target that acknowledges from the page
+                # cache leaves gigabytes behind, and the next target's fsyncs would pay for
+                # their writeback (ext4 commits them with its journal).
+                synced_at = time.perf_counter()
+                os.sync()
+                sync_s = time.perf_counter() - synced_at
                 started_at = time.perf_counter()
                 try:
                     result = RUNNERS[workload](started[name], sizes, shared, display)
                 except Exception as exc:  # one failed run must not lose the others
                     result = {"ok": False, "error": repr(exc)}
                 result["wall_s"] = round(time.perf_counter() - started_at, 2)
+                result["writeback_before_s"] = round(sync_s, 2)
                 if not result.get("ok"):
                     display.log(f"  FAILED: {str(result.get('error', ''))[:300]}")
                 results.setdefault(workload, {}).setdefault(name, []).append(result)

@@ -1,0 +1,135 @@
+"""One request at a time: a small Produce's round trip and the gateway's CPU for it.
+
+For each source tree given, start a fresh gateway from that tree, open one raw TCP connection
+and send the same Produce v9 request (one 1 KiB record, acks=all) again and again, each only
+after the previous answer arrived, so nothing is batched or pipelined: every request pays
+the whole path (socket, decode, append, group commit in a worker thread, fsync, response).
+Reports the round-trip p50/p90/p99 and the gateway's CPU milliseconds per request, the
+median of `--runs` runs per tree, trees alternating so the machine's noise hits them alike.
+No client library sits in the measurement (librdkafka's own timers quantise its latencies).
+
+    python compat/probe_request_cost.py --tree . --tree /tmp/base --runs 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import socket
+import statistics
+import struct
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka.admin import AdminClient, NewTopic
+from kio.index import load_request_schema
+from kio.serial import entity_writer
+
+from core.recordbatch import build_batch
+from gateway.protocol.codec import build_entity
+from harness.gateway import Gateway
+from harness.procstats import proc_cpu_seconds
+from harness.provenance import provenance
+
+_PARTITIONS = 8
+_SIZE = struct.Struct(">i")
+
+
+def produce_frame(topic: str, partition: int, batch: bytes) -> bytes:
+    """A framed Produce v9 request (header v2) for one batch."""
+    request_cls = load_request_schema(0, 9)
+    out = io.BytesIO()
+    out.write(struct.pack(">hhi", 0, 9, 1))  # api key, version, correlation id
+    out.write(struct.pack(">h", 5) + b"probe")  # client id
+    out.write(b"\x00")  # no tagged fields
+    body = {
+        "transactional_id": None,
+        "acks": -1,
+        "timeout_ms": 30000,
+        "topic_data": [{"name": topic, "partition_data": [{"index": partition, "records": batch}]}],
+    }
+    entity_writer(request_cls)(out, build_entity(request_cls, body))
+    payload = out.getvalue()
+    return _SIZE.pack(len(payload)) + payload
+
+
+def _receive_exactly(sock: socket.socket, size: int) -> None:
+    while size:
+        chunk = sock.recv(size)
+        if not chunk:
+            raise ConnectionError("the gateway closed the connection")
+        size -= len(chunk)
+
+
+def run_once(tree: Path, requests: int, warmup: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="probe-cost-") as tmp:
+        gw = Gateway(Path(tmp) / "data", Path(tmp) / "gw.log", default_partitions=_PARTITIONS)
+        gw.cwd = tree  # run that tree's code
+        gw.start_fresh()
+        try:
+            admin = AdminClient({"bootstrap.servers": gw.bootstrap})
+            for future in admin.create_topics([NewTopic("cost", _PARTITIONS, 1)]).values():
+                future.result(timeout=30)
+            batch = build_batch([(b"k", b"x" * 1024, [])])
+            frames = [produce_frame("cost", p, batch) for p in range(_PARTITIONS)]
+            host, _, port = gw.bootstrap.rpartition(":")
+            sock = socket.create_connection((host, int(port)), timeout=30)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            pid = gw.pid
+            assert pid is not None
+            latencies: list[float] = []
+            cpu0 = 0.0
+            for i in range(warmup + requests):
+                if i == warmup:
+                    cpu0 = proc_cpu_seconds(pid) or 0.0
+                started = time.perf_counter()
+                sock.sendall(frames[i % _PARTITIONS])
+                header = sock.recv(4, socket.MSG_WAITALL)
+                _receive_exactly(sock, _SIZE.unpack(header)[0])
+                if i >= warmup:
+                    latencies.append(time.perf_counter() - started)
+            cpu = (proc_cpu_seconds(pid) or 0.0) - cpu0
+            sock.close()
+        finally:
+            gw.stop()
+    latencies.sort()
+
+    def ms(q: float) -> float:
+        return round(latencies[int(len(latencies) * q)] * 1000, 3)
+
+    return {
+        "p50_ms": ms(0.5),
+        "p90_ms": ms(0.9),
+        "p99_ms": ms(0.99),
+        "cpu_ms_per_request": round(cpu * 1000 / requests, 3),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tree", action="append", type=Path, required=True)
+    parser.add_argument("--requests", type=int, default=3000)
+    parser.add_argument("--warmup", type=int, default=500)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    results: dict[str, list[dict[str, Any]]] = {str(t): [] for t in args.tree}
+    for run in range(args.runs):
+        order = args.tree[run % len(args.tree) :] + args.tree[: run % len(args.tree)]
+        for tree in order:
+            result = run_once(tree.resolve(), args.requests, args.warmup)
+            results[str(tree)].append(result)
+            print(tree, json.dumps(result), flush=True)
+    summary = {
+        tree: {key: statistics.median(r[key] for r in runs) for key in runs[0]}
+        for tree, runs in results.items()
+    }
+    print(json.dumps({"summary": summary, "provenance": provenance()}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
