@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
 import threading
@@ -26,9 +25,9 @@ from typing import Any
 from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from compat.benchlib.trees import print_summary, run_alternating, tree_arguments
 from harness.gateway import Gateway
 from harness.procstats import proc_cpu_seconds
-from harness.provenance import provenance
 
 
 def _create_topic(bootstrap: str, topic: str, partitions: int) -> None:
@@ -174,42 +173,32 @@ def run_once(
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tree", action="append", type=Path, required=True)
+    tree_arguments(parser)
     parser.add_argument("--rate", type=float, default=2000)
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--linger-ms", type=float, default=1)
     parser.add_argument("--producers", type=int, default=1)
-    parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--size", type=int, default=1024, help="record value bytes")
     parser.add_argument(
         "--tail", action="store_true", help="a consumer reads every record as it arrives"
     )
     parser.add_argument("--grep", default="", help="print the gateway log lines containing this")
     args = parser.parse_args()
-    results: dict[str, list[dict[str, Any]]] = {str(t): [] for t in args.tree}
-    for run in range(args.runs):
-        order = args.tree[run % len(args.tree) :] + args.tree[: run % len(args.tree)]
-        for tree in order:
-            r = run_once(
-                tree.resolve(),
-                args.rate,
-                args.seconds,
-                args.linger_ms,
-                args.producers,
-                args.grep,
-                args.size,
-                args.tail,
-            )
-            results[str(tree)].append(r)
-            print(tree, json.dumps(r), flush=True)
-    summary = {
-        tree: {
-            key: statistics.median(r[key] for r in runs if r[key] is not None)
-            for key in ("p50_ms", "p99_ms", "cpu_ms_per_request", "requests")
-        }
-        for tree, runs in results.items()
-    }
-    print(json.dumps({"summary": summary, "provenance": provenance()}, indent=1))
+    results = run_alternating(
+        args.tree,
+        args.runs,
+        lambda tree: run_once(
+            tree,
+            args.rate,
+            args.seconds,
+            args.linger_ms,
+            args.producers,
+            args.grep,
+            args.size,
+            args.tail,
+        ),
+    )
+    print_summary(results, ("p50_ms", "p99_ms", "cpu_ms_per_request", "requests"))
     return 0
 
 

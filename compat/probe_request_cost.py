@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
 import socket
-import statistics
 import struct
 import sys
 import tempfile
@@ -29,11 +27,11 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kio.index import load_request_schema
 from kio.serial import entity_writer
 
+from compat.benchlib.trees import print_summary, run_alternating, tree_arguments
 from core.recordbatch import build_batch
 from gateway.protocol.codec import build_entity
 from harness.gateway import Gateway
 from harness.procstats import proc_cpu_seconds
-from harness.provenance import provenance
 
 _PARTITIONS = 8
 _SIZE = struct.Struct(">i")
@@ -111,23 +109,14 @@ def run_once(tree: Path, requests: int, warmup: int) -> dict[str, Any]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tree", action="append", type=Path, required=True)
+    tree_arguments(parser)
     parser.add_argument("--requests", type=int, default=3000)
     parser.add_argument("--warmup", type=int, default=500)
-    parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
-    results: dict[str, list[dict[str, Any]]] = {str(t): [] for t in args.tree}
-    for run in range(args.runs):
-        order = args.tree[run % len(args.tree) :] + args.tree[: run % len(args.tree)]
-        for tree in order:
-            result = run_once(tree.resolve(), args.requests, args.warmup)
-            results[str(tree)].append(result)
-            print(tree, json.dumps(result), flush=True)
-    summary = {
-        tree: {key: statistics.median(r[key] for r in runs) for key in runs[0]}
-        for tree, runs in results.items()
-    }
-    print(json.dumps({"summary": summary, "provenance": provenance()}, indent=1))
+    results = run_alternating(
+        args.tree, args.runs, lambda tree: run_once(tree, args.requests, args.warmup)
+    )
+    print_summary(results, ("p50_ms", "p90_ms", "p99_ms", "cpu_ms_per_request"))
     return 0
 
 
