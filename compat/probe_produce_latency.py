@@ -23,18 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
+from compat.benchlib.topics import create_topic
 from compat.benchlib.trees import print_summary, run_alternating, tree_arguments
 from harness.gateway import Gateway
 from harness.procstats import proc_cpu_seconds
-
-
-def _create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
-        future.result(timeout=30)
-
 
 _PARTITIONS = 8
 
@@ -88,7 +81,7 @@ def run_once(
         gw.cwd = tree  # run that tree's code: `-m gateway` imports from the working dir
         gw.start_fresh()
         try:
-            _create_topic(gw.bootstrap, "probe", _PARTITIONS)
+            create_topic(gw.bootstrap, "probe", _PARTITIONS)
             latencies: list[float] = []
             requests = [0] * producers
             errors = [0]

@@ -14,7 +14,6 @@ No client library sits in the measurement (librdkafka's own timers quantise its 
 from __future__ import annotations
 
 import argparse
-import io
 import socket
 import struct
 import sys
@@ -23,36 +22,26 @@ import time
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka.admin import AdminClient, NewTopic
-from kio.index import load_request_schema
-from kio.serial import entity_writer
-
+from compat.benchlib.topics import create_topic
 from compat.benchlib.trees import print_summary, run_alternating, tree_arguments
 from core.recordbatch import build_batch
-from gateway.protocol.codec import build_entity
 from harness.gateway import Gateway
 from harness.procstats import proc_cpu_seconds
+from kafkaclient.client import encode_request
 
 _PARTITIONS = 8
 _SIZE = struct.Struct(">i")
 
 
 def produce_frame(topic: str, partition: int, batch: bytes) -> bytes:
-    """A framed Produce v9 request (header v2) for one batch."""
-    request_cls = load_request_schema(0, 9)
-    out = io.BytesIO()
-    out.write(struct.pack(">hhi", 0, 9, 1))  # api key, version, correlation id
-    out.write(struct.pack(">h", 5) + b"probe")  # client id
-    out.write(b"\x00")  # no tagged fields
+    """A framed Produce v9 request for one batch, encoded once and sent again and again."""
     body = {
         "transactional_id": None,
         "acks": -1,
         "timeout_ms": 30000,
         "topic_data": [{"name": topic, "partition_data": [{"index": partition, "records": batch}]}],
     }
-    entity_writer(request_cls)(out, build_entity(request_cls, body))
-    payload = out.getvalue()
-    return _SIZE.pack(len(payload)) + payload
+    return encode_request(0, 9, 1, b"probe", body)
 
 
 def _receive_exactly(sock: socket.socket, size: int) -> None:
@@ -69,9 +58,7 @@ def run_once(tree: Path, requests: int, warmup: int) -> dict[str, Any]:
         gw.cwd = tree  # run that tree's code
         gw.start_fresh()
         try:
-            admin = AdminClient({"bootstrap.servers": gw.bootstrap})
-            for future in admin.create_topics([NewTopic("cost", _PARTITIONS, 1)]).values():
-                future.result(timeout=30)
+            create_topic(gw.bootstrap, "cost", _PARTITIONS)
             batch = build_batch([(b"k", b"x" * 1024, [])])
             frames = [produce_frame("cost", p, batch) for p in range(_PARTITIONS)]
             host, _, port = gw.bootstrap.rpartition(":")

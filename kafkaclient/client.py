@@ -54,18 +54,11 @@ class KafkaClient:
 
     def request(self, api_key: int, version: int, body: dict[str, Any]) -> Any:
         """Send one request (spec field names -> values) and return the kio response."""
-        request_cls = load_request_schema(api_key, version)
-        flexible = bool(request_cls.__flexible__)
+        flexible = bool(load_request_schema(api_key, version).__flexible__)
         self._correlation_id += 1
-        out = io.BytesIO()
-        out.write(_HEADER.pack(api_key, version, self._correlation_id))
-        out.write(_I16.pack(len(self._client_id)) + self._client_id)
-        if flexible:
-            out.write(b"\x00")  # request header v2: no tagged fields
-        entity_writer(request_cls)(out, build_entity(request_cls, body))
-        payload = out.getvalue()
+        frame = encode_request(api_key, version, self._correlation_id, self._client_id, body)
         try:
-            self._sock.sendall(_SIZE.pack(len(payload)) + payload)
+            self._sock.sendall(frame)
             response = self._receive_frame()
         except OSError as exc:
             raise KafkaClientError(f"request failed: {exc}") from exc
@@ -95,6 +88,21 @@ class KafkaClient:
             chunks.append(chunk)
             size -= len(chunk)
         return b"".join(chunks)
+
+
+def encode_request(
+    api_key: int, version: int, correlation_id: int, client_id: bytes, body: dict[str, Any]
+) -> bytes:
+    """One framed request (size prefix, header v1 or v2, body from spec field names)."""
+    request_cls = load_request_schema(api_key, version)
+    out = io.BytesIO()
+    out.write(_HEADER.pack(api_key, version, correlation_id))
+    out.write(_I16.pack(len(client_id)) + client_id)
+    if request_cls.__flexible__:
+        out.write(b"\x00")  # request header v2: no tagged fields
+    entity_writer(request_cls)(out, build_entity(request_cls, body))
+    payload = out.getvalue()
+    return _SIZE.pack(len(payload)) + payload
 
 
 def _skip_tagged_fields(buf: memoryview, pos: int) -> int:
