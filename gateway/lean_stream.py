@@ -6,10 +6,11 @@ rule), which costs a pass of the event loop each: an `epoll_wait` plus the run-q
 about as much CPU as decoding a small Produce request. A connection with one request in
 flight paid it twice per request (a receive and a send), on top of the real waits.
 
-This stream yields only when the socket makes it wait (trio's `wait_readable` /
-`wait_writable`), and after every few calls that did not, so a client that keeps the socket
-full cannot starve the other tasks. Cancellation is still honoured at every call. Used for
-plain TCP listeners; TLS connections keep trio's `SSLStream`.
+This stream's send yields only when the socket makes it wait (trio's `wait_writable`); its
+receive yields like trio's: after data that was already there (so a client that keeps the
+socket full cannot starve the other tasks), not a second time after a wait for data.
+Cancellation is still honoured at every call. Used for plain TCP listeners; TLS connections
+keep trio's `SSLStream`.
 """
 
 from __future__ import annotations
@@ -18,8 +19,6 @@ import socket
 
 import trio
 
-# A receive that found data waiting yields to the scheduler anyway after this many in a row.
-_YIELD_EVERY = 16
 _DEFAULT_RECEIVE = 65536
 
 
@@ -32,26 +31,27 @@ class LeanSocketStream(trio.abc.Stream):
         # A duplicate descriptor: closing it never touches the one trio's stream owns.
         self._sock = socket.fromfd(original.fileno(), original.family, original.type)
         self._sock.setblocking(False)
-        self._without_yield = 0
         self._closed = False
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes:
         await trio.lowlevel.checkpoint_if_cancelled()
         size = max_bytes or _DEFAULT_RECEIVE
+        waited = False
         while True:
             if self._closed:
                 raise trio.ClosedResourceError("the stream is closed")
             try:
                 data = self._sock.recv(size)
             except BlockingIOError:
-                self._without_yield = 0
+                waited = True
                 await trio.lowlevel.wait_readable(self._sock)
                 continue
             except OSError as exc:
                 raise trio.BrokenResourceError(f"receive failed: {exc}") from exc
-            self._without_yield += 1
-            if self._without_yield >= _YIELD_EVERY:
-                self._without_yield = 0
+            if not waited:
+                # Data was already there (a client pipelining requests): let the other
+                # tasks run, as trio's stream does, so the flusher starts on the first
+                # request's batches before the reader queues the next ones behind them.
                 await trio.lowlevel.cancel_shielded_checkpoint()
             return data
 
