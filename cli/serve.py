@@ -11,7 +11,7 @@ import trio
 
 from cli import acl_flags
 from cli.app import Settings, serve
-from core import gc_tuning
+from core import interpreter_tuning
 from core.compaction import CompactionSettings
 from core.tiering import TierSettings
 from gateway.security.listeners import (
@@ -392,7 +392,7 @@ def run(args: argparse.Namespace) -> int:
     settings.multi_node = bool(args.metadata) if args.multi_node is None else args.multi_node
     _check_placement()
     os.makedirs(settings.data_dir, exist_ok=True)
-    gc_tuning.tune()  # many long-lived objects: see core/gc_tuning.py
+    interpreter_tuning.tune()  # GC thresholds, GIL switch interval: see the module
     try:
         trio.run(serve, settings)
     except* Exception as group:  # a node that cannot take its lease: one clear line

@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import resource
 import shutil
 import sys
 import tempfile
@@ -349,6 +350,7 @@ def partitions(t: Target, s: Sizes, shared: Report, display: Display) -> Report:
     for count in (10, s.wide_partitions):
         topic = _topic(f"p{count}")
         create_topic(t.bootstrap, topic, count)
+        cpu = CpuMeter(t.server)
         run = _produce(
             t,
             topic,
@@ -360,6 +362,7 @@ def partitions(t: Target, s: Sizes, shared: Report, display: Display) -> Report:
             f"{t.name} {count:,} partitions",
         )
         summary = run.summary(1024)
+        summary["cpu"] = cpu.stop()  # with many partitions the client is the limit
         result[f"p{count}"] = summary
         result["ok"] = result["ok"] and not run.stalled and summary["delivery_errors"] == 0
     narrow, wide = result["p10"]["mib_per_s"], result[f"p{s.wide_partitions}"]["mib_per_s"]
@@ -413,7 +416,8 @@ def many(t: Target, s: Sizes, shared: Report, display: Display) -> Report:
 
 def many_raw(t: Target, s: Sizes, shared: Report, display: Display) -> Report:
     """`many` with the repository's blocking protocol client (kafkaclient): one connection,
-    Produce v9 requests of up to 1,000 partitions with a one-record batch each, acks=all.
+    Produce v9 requests of up to 1,000 partitions with a one-record batch each, acks=all,
+    five requests in flight (as Kafka's clients allow by default).
     librdkafka spends minutes on 100,000 partitions itself (see the README), so this shows
     the server's cost. streamgate runs it on a gateway of its own: its RSS is then the
     cost of the partitions, not of the data the other workloads wrote."""
@@ -447,30 +451,35 @@ def _many_raw(t: Target, s: Sizes, display: Display) -> Report:
         deadline = time.monotonic() + STALL_S
         while pending and time.monotonic() < deadline:
             retry: list[tuple[str, list[int]]] = []
-            for topic, parts in pending:
-                for first in range(0, len(parts), 1000):
-                    chunk = parts[first : first + 1000]
-                    body = {
-                        "transactional_id": None,
-                        "acks": -1,
-                        "timeout_ms": 30000,
-                        "topic_data": [
-                            {
-                                "name": topic,
-                                "partition_data": [{"index": p, "records": batch} for p in chunk],
-                            }
-                        ],
-                    }
+            bodies = (
+                {
+                    "transactional_id": None,
+                    "acks": -1,
+                    "timeout_ms": 30000,
+                    "topic_data": [
+                        {
+                            "name": topic,
+                            "partition_data": [
+                                {"index": p, "records": batch} for p in parts[first : first + 1000]
+                            ],
+                        }
+                    ],
+                }
+                for topic, parts in pending
+                for first in range(0, len(parts), 1000)
+            )
+            # five requests in flight, the default of Kafka's own clients
+            for response in client.pipeline(0, 9, bodies):
+                for topic_response in response.responses:
                     failed = []
-                    for topic_response in client.request(0, 9, body).responses:
-                        for part in topic_response.partition_responses:
-                            if part.error_code == 0:
-                                done += 1
-                            else:
-                                errors += 1
-                                failed.append(part.index)
+                    for part in topic_response.partition_responses:
+                        if part.error_code == 0:
+                            done += 1
+                        else:
+                            errors += 1
+                            failed.append(part.index)
                     if failed:
-                        retry.append((topic, failed))
+                        retry.append((topic_response.name, failed))
             if retry:
                 time.sleep(0.1)
             pending = retry
@@ -501,8 +510,9 @@ RUNNERS: dict[str, Callable[[Target, Sizes, Report, Display], Report]] = {
 
 # --------------------------------------------------------------------------- table
 
-# (label, workload, figure path, format, higher is better)
-ROWS: list[tuple[str, str, str, str, bool]] = [
+# (label, workload, figure path, format, higher is better; None: a figure that explains the
+# others, with no "better" and no ratio)
+ROWS: list[tuple[str, str, str, str, bool | None]] = [
     ("perf-producer-test MB/s", "perf-producer", "mb_per_s", ".1f", True),
     ("perf-consumer-test MB/s", "perf-consumer", "mb_per_s", ".1f", True),
     ("confluent produce MiB/s", "confluent", "produce.mib_per_s", ".1f", True),
@@ -520,6 +530,9 @@ ROWS: list[tuple[str, str, str, str, bool]] = [
     ("produce 10 partitions MiB/s", "partitions", "p10.mib_per_s", ".1f", True),
     ("produce wide partitions MiB/s", "partitions", "wide.mib_per_s", ".1f", True),
     ("wide / 10 partitions", "partitions", "wide_over_narrow", ".2f", True),
+    # who was the limit: CPU cores used while the wide partitions were produced
+    ("wide partitions: server CPU cores", "partitions", "wide.cpu.server_cores", ".2f", None),
+    ("wide partitions: client CPU cores", "partitions", "wide.cpu.client_cores", ".2f", None),
     ("1 rec x many partitions s", "many", "seconds", ".2f", False),
     ("many partitions RSS MiB", "many", "rss_mib", ".0f", False),
     ("1 rec x many partitions s, raw client", "many-raw", "seconds", ".2f", False),
@@ -552,7 +565,7 @@ def table(results: dict[str, dict[str, list[Report]]]) -> tuple[list[str], list[
         for ours in ("streamgate", "streamgate-2n")[: len(headers) - len(shown) - 1]:
             sg = median_of(results, ours, workload, path)
             ratio = "-"
-            if sg and kf:
+            if sg and kf and higher is not None:
                 # ratio as "how many times better" so >= 1.00 always meets the goal
                 ratio = f"{(sg / kf if higher else kf / sg):.2f}"
             cells.append(ratio)
@@ -608,7 +621,8 @@ def plot(results: dict[str, dict[str, list[Report]]], path: Path) -> None:
         values = [median_of(results, t, workload, fig_path) or 0.0 for t in targets]
         ax.bar(range(len(targets)), values, color=[colours[t] for t in targets])
         ax.set_xticks(range(len(targets)), [TARGET_LABELS[t] for t in targets], fontsize=8)
-        ax.set_title(f"{label} ({'higher' if higher else 'lower'} is better)", fontsize=8)
+        better = {True: " (higher is better)", False: " (lower is better)", None: ""}[higher]
+        ax.set_title(f"{label}{better}", fontsize=8)
         ax.tick_params(axis="y", labelsize=7)
     for ax in list(axes.flat)[len(shown) :]:
         ax.axis("off")
@@ -622,10 +636,39 @@ def plot(results: dict[str, dict[str, list[Report]]], path: Path) -> None:
 
 def server_rss_kib(server: ManagedProcess) -> int | None:
     """The server's RSS now: for `serve --nodes`, the sum over its node processes."""
+    pids = server_pids(server)
+    return sum(proc_status_kib(p, "VmRSS") or 0 for p in pids) if pids else None
+
+
+def server_pids(server: ManagedProcess) -> list[int]:
+    """The processes that serve: for `serve --nodes`, its nodes (not their supervisor)."""
     if isinstance(server, NodesCluster):
-        pids = [server.node_pid(i) for i in range(1, server.nodes + 1)]
-        return sum(proc_status_kib(p, "VmRSS") or 0 for p in pids)
-    return proc_status_kib(server.pid, "VmRSS") if server.pid else None
+        return [server.node_pid(i) for i in range(1, server.nodes + 1)]
+    return [server.pid] if server.pid else []
+
+
+class CpuMeter:
+    """CPU used by the server and by this benchmark (its client libraries' threads, and the
+    Java tools it ran, once reaped) between `start` and `stop`, in cores: which side was
+    the limit of a workload."""
+
+    def __init__(self, server: ManagedProcess) -> None:
+        self._pids = server_pids(server)
+        self._started = self._now()
+
+    def _now(self) -> tuple[float, float, float]:
+        own = resource.getrusage(resource.RUSAGE_SELF)
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        client = own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+        server = sum(proc_cpu_seconds(p) or 0.0 for p in self._pids)
+        return time.perf_counter(), server, client
+
+    def stop(self) -> Report:
+        wall, server, client = (b - a for a, b in zip(self._started, self._now(), strict=True))
+        return {
+            "server_cores": round(server / wall, 2) if wall else None,
+            "client_cores": round(client / wall, 2) if wall else None,
+        }
 
 
 def targets_for(workload: str, args: argparse.Namespace) -> list[str]:
@@ -698,10 +741,12 @@ def run_all(
                 os.sync()
                 sync_s = time.perf_counter() - synced_at
                 started_at = time.perf_counter()
+                cpu = CpuMeter(started[name].server)
                 try:
                     result = RUNNERS[workload](started[name], sizes, shared, display)
                 except Exception as exc:  # one failed run must not lose the others
                     result = {"ok": False, "error": repr(exc)}
+                result["cpu"] = cpu.stop()
                 result["wall_s"] = round(time.perf_counter() - started_at, 2)
                 result["writeback_before_s"] = round(sync_s, 2)
                 if not result.get("ok"):
@@ -720,7 +765,7 @@ def server_figures(started: dict[str, Target]) -> Report:
             "cpu_seconds": t.server.cpu_seconds(),
         }
         if isinstance(t.server, NodesCluster):  # the nodes, not their supervisor
-            pids = [t.server.node_pid(i) for i in range(1, t.server.nodes + 1)]
+            pids = server_pids(t.server)
             servers[name]["peak_rss_kib"] = sum(proc_status_kib(p, "VmHWM") or 0 for p in pids)
             servers[name]["cpu_seconds"] = sum(proc_cpu_seconds(p) or 0.0 for p in pids)
         if name.startswith("streamgate"):

@@ -88,6 +88,10 @@ class PendingAppend(Protocol):
 
     def wait(self) -> Awaitable[AppendResult]: ...
 
+    def result_now(self) -> AppendResult | None:
+        """The result if it is already known (durable or failed), without awaiting."""
+        ...
+
 
 class PendingRead(Protocol):
     """A tier-1 read planned synchronously (`Topic.plan_read`): its size is known, its

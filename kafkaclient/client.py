@@ -1,6 +1,8 @@
 """A tiny blocking Kafka protocol client for the command line tools.
 
-One socket, one request at a time. Requests are built from dicts of spec field names with
+One socket; one request at a time (`request`), or several of one kind in flight at once as
+Kafka's own clients do (`pipeline`, five by default like `max.in.flight.requests.per.connection`).
+Requests are built from dicts of spec field names with
 the gateway's own codec (`build_entity`) and kio's writers; responses are read with the
 gateway's bounds-checked kio reader. It needs nothing beyond the runtime dependencies.
 """
@@ -10,6 +12,8 @@ from __future__ import annotations
 import io
 import socket
 import struct
+from collections import deque
+from collections.abc import Iterator
 from typing import Any
 
 from kio import _kio_native as native
@@ -54,16 +58,45 @@ class KafkaClient:
 
     def request(self, api_key: int, version: int, body: dict[str, Any]) -> Any:
         """Send one request (spec field names -> values) and return the kio response."""
+        return next(self.pipeline(api_key, version, iter([body]), in_flight=1))
+
+    def pipeline(
+        self, api_key: int, version: int, bodies: Iterator[dict[str, Any]], in_flight: int = 5
+    ) -> Iterator[Any]:
+        """Send requests of one kind with up to `in_flight` unanswered at a time and yield
+        their responses in order. A body is encoded only when its turn to be sent comes, so
+        the caller may build the next one from the responses so far."""
+        if in_flight < 1:
+            raise ValueError("in_flight must be at least 1")
+        sent: deque[int] = deque()
+        exhausted = False
+        while True:
+            while not exhausted and len(sent) < in_flight:
+                body = next(bodies, None)
+                if body is None:
+                    exhausted = True
+                    break
+                self._correlation_id += 1
+                frame = encode_request(
+                    api_key, version, self._correlation_id, self._client_id, body
+                )
+                try:
+                    self._sock.sendall(frame)
+                except OSError as exc:
+                    raise KafkaClientError(f"request failed: {exc}") from exc
+                sent.append(self._correlation_id)
+            if not sent:
+                return
+            yield self._read_response(api_key, version, sent.popleft())
+
+    def _read_response(self, api_key: int, version: int, expected_id: int) -> Any:
         flexible = bool(load_request_schema(api_key, version).__flexible__)
-        self._correlation_id += 1
-        frame = encode_request(api_key, version, self._correlation_id, self._client_id, body)
         try:
-            self._sock.sendall(frame)
             response = self._receive_frame()
         except OSError as exc:
             raise KafkaClientError(f"request failed: {exc}") from exc
         (correlation_id,) = _SIZE.unpack_from(response, 0)
-        if correlation_id != self._correlation_id:
+        if correlation_id != expected_id:
             raise KafkaClientError("response does not match the request")
         buf = memoryview(response)
         try:

@@ -41,3 +41,9 @@ def test_kafka_vs_streamgate_quick(tmp_path: Path) -> None:
     report = json.loads(out.with_suffix(".json").read_text())
     assert report["provenance"]["commit"]
     assert set(report["results"]) >= {"perf-producer", "rate-2k", "many-raw"}
+    (raw,) = report["results"]["many-raw"]["streamgate"]
+    assert raw["ok"] and raw["delivered"] == raw["records"], raw  # pipelined, all answered
+    # which side was the limit: CPU of server and client, per run and per partitions phase
+    (wide,) = report["results"]["partitions"]["streamgate"]
+    assert wide["cpu"]["server_cores"] > 0 and wide["cpu"]["client_cores"] > 0, wide
+    assert wide["wide"]["cpu"]["server_cores"] is not None, wide

@@ -132,8 +132,7 @@ class ProduceOutcome:
             if isinstance(value, AppendResult):
                 results[key] = value
                 continue
-            now = getattr(value, "result_now", None)
-            result = None if now is None else now()
+            result = value.result_now()
             if result is None:
                 return False, None
             results[key] = result
@@ -149,11 +148,16 @@ async def _finish_produce(
     started: dict[tuple[str, int], AppendResult | PendingAppend],
     extras: dict[tuple[str, int], Rewritten],
 ) -> dict[str, Any] | None:
-    # Every partition was queued before this first await: they share one group commit.
-    results = {
-        key: value if isinstance(value, AppendResult) else await value.wait()
-        for key, value in started.items()
-    }
+    # Every partition was queued before this first await: they share one group commit, so
+    # once the first is durable most others are too. Those are read without awaiting: an
+    # await on a set event is still a pass through the scheduler, one per partition.
+    results: dict[tuple[str, int], AppendResult] = {}
+    for key, value in started.items():
+        if isinstance(value, AppendResult):
+            results[key] = value
+            continue
+        result = value.result_now()
+        results[key] = result if result is not None else await value.wait()
     return _produce_response(body, acks, results, extras)
 
 
