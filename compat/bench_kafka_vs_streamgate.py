@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import resource
 import shutil
 import sys
 import tempfile
@@ -59,7 +58,7 @@ from harness.gateway import Gateway  # noqa: E402
 from harness.kafka import KafkaBroker, run_tool, unavailable_reason  # noqa: E402
 from harness.nodes_cluster import NodesCluster  # noqa: E402
 from harness.process import ManagedProcess  # noqa: E402
-from harness.procstats import proc_cpu_seconds, proc_status_kib  # noqa: E402
+from harness.procstats import CpuMeter, proc_cpu_seconds, proc_status_kib  # noqa: E402
 from harness.provenance import provenance  # noqa: E402
 from kafkaclient.client import KafkaClient  # noqa: E402
 
@@ -350,7 +349,7 @@ def partitions(t: Target, s: Sizes, shared: Report, display: Display) -> Report:
     for count in (10, s.wide_partitions):
         topic = _topic(f"p{count}")
         create_topic(t.bootstrap, topic, count)
-        cpu = CpuMeter(t.server)
+        cpu = cpu_meter(t.server)
         run = _produce(
             t,
             topic,
@@ -362,7 +361,7 @@ def partitions(t: Target, s: Sizes, shared: Report, display: Display) -> Report:
             f"{t.name} {count:,} partitions",
         )
         summary = run.summary(1024)
-        summary["cpu"] = cpu.stop()  # with many partitions the client is the limit
+        summary["cpu"] = cpu.read().cores()  # with many partitions the client is the limit
         result[f"p{count}"] = summary
         result["ok"] = result["ok"] and not run.stalled and summary["delivery_errors"] == 0
     narrow, wide = result["p10"]["mib_per_s"], result[f"p{s.wide_partitions}"]["mib_per_s"]
@@ -533,6 +532,13 @@ ROWS: list[tuple[str, str, str, str, bool | None]] = [
     # who was the limit: CPU cores used while the wide partitions were produced
     ("wide partitions: server CPU cores", "partitions", "wide.cpu.server_cores", ".2f", None),
     ("wide partitions: client CPU cores", "partitions", "wide.cpu.client_cores", ".2f", None),
+    (
+        "wide partitions: client's busiest thread",
+        "partitions",
+        "wide.cpu.client_busiest_thread.cores",
+        ".2f",
+        None,
+    ),
     ("1 rec x many partitions s", "many", "seconds", ".2f", False),
     ("many partitions RSS MiB", "many", "rss_mib", ".0f", False),
     ("1 rec x many partitions s, raw client", "many-raw", "seconds", ".2f", False),
@@ -647,28 +653,11 @@ def server_pids(server: ManagedProcess) -> list[int]:
     return [server.pid] if server.pid else []
 
 
-class CpuMeter:
-    """CPU used by the server and by this benchmark (its client libraries' threads, and the
-    Java tools it ran, once reaped) between `start` and `stop`, in cores: which side was
-    the limit of a workload."""
-
-    def __init__(self, server: ManagedProcess) -> None:
-        self._pids = server_pids(server)
-        self._started = self._now()
-
-    def _now(self) -> tuple[float, float, float]:
-        own = resource.getrusage(resource.RUSAGE_SELF)
-        children = resource.getrusage(resource.RUSAGE_CHILDREN)
-        client = own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
-        server = sum(proc_cpu_seconds(p) or 0.0 for p in self._pids)
-        return time.perf_counter(), server, client
-
-    def stop(self) -> Report:
-        wall, server, client = (b - a for a, b in zip(self._started, self._now(), strict=True))
-        return {
-            "server_cores": round(server / wall, 2) if wall else None,
-            "client_cores": round(client / wall, 2) if wall else None,
-        }
+def cpu_meter(server: ManagedProcess) -> CpuMeter:
+    """CPU of the server and of this benchmark with the Java tools it ran: which side was
+    the limit of a workload (`.read().cores()`)."""
+    pids = server_pids(server)
+    return CpuMeter(lambda: sum(proc_cpu_seconds(p) or 0.0 for p in pids), with_children=True)
 
 
 def targets_for(workload: str, args: argparse.Namespace) -> list[str]:
@@ -741,12 +730,12 @@ def run_all(
                 os.sync()
                 sync_s = time.perf_counter() - synced_at
                 started_at = time.perf_counter()
-                cpu = CpuMeter(started[name].server)
+                cpu = cpu_meter(started[name].server)
                 try:
                     result = RUNNERS[workload](started[name], sizes, shared, display)
                 except Exception as exc:  # one failed run must not lose the others
                     result = {"ok": False, "error": repr(exc)}
-                result["cpu"] = cpu.stop()
+                result["cpu"] = cpu.read().cores()
                 result["wall_s"] = round(time.perf_counter() - started_at, 2)
                 result["writeback_before_s"] = round(sync_s, 2)
                 if not result.get("ok"):

@@ -8,6 +8,7 @@ an idle partition costs a few hundred bytes.
 from __future__ import annotations
 
 import bisect
+import itertools
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -249,12 +250,7 @@ class Partition:
         for column in self._index_columns():
             del column[:count]
         # Rebuild the running maximum so it covers only what is still indexed.
-        running = -1
-        prefix = array("q")
-        for ts in self._batch_max_ts:
-            running = max(running, ts)
-            prefix.append(running)
-        self._max_ts_prefix = prefix
+        self._max_ts_prefix = array("q", itertools.accumulate(self._batch_max_ts, max))
 
     def local_bytes_after(self, offset: int) -> int:
         """Bytes of tier-1 indexed batches that start after `offset`."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable
@@ -134,6 +135,7 @@ class TierManager:
         self.outage_since: float | None = None
         self._nursery: trio.Nursery | None = None
         self._prefetching = 0
+        self._unlink_limiter = trio.CapacityLimiter(1)  # trimmed files, one thread at a time
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -161,7 +163,7 @@ class TierManager:
                 if f.uploaded:
                     self._retained.append((stream, segment, f))
                     self.retained_bytes += f.size
-        self._trim_local()
+        _unlink_all(self._trim_local())  # on start, before the topic serves: no one waits
         self._wake.set()
 
     def on_rolled(self, _segment: SegmentLog) -> None:
@@ -233,9 +235,12 @@ class TierManager:
             self.upload_lags.append(trio.current_time() - f.opened_at)
         if not trimmable:
             return  # kept in tier 1 so a restart's replay still finds its open transactions
+        f.partitions = frozenset(s.partition for s in built.slices)
         self._retained.append((stream, segment, f))
         self.retained_bytes += f.size
-        self._trim_local()
+        trimmed = self._trim_local()
+        if trimmed:
+            await trio.to_thread.run_sync(_unlink_all, trimmed, limiter=self._unlink_limiter)
 
     async def _put_with_backoff(self, stream: Stream, key: str, data: bytes) -> None:
         delay = _BACKOFF_FIRST_S
@@ -287,7 +292,10 @@ class TierManager:
 
     # --- trim --------------------------------------------------------------------------
 
-    def _trim_local(self) -> None:
+    def _trim_local(self) -> list[str]:
+        """Trim uploaded files beyond the local retention; returns their paths, which the
+        caller unlinks (they are already out of every index and closed)."""
+        paths: list[str] = []
         while self._retained and (
             self.retained_bytes > self.settings.local_retain_bytes
             or len(self._retained) > MAX_RETAINED_FILES
@@ -297,11 +305,19 @@ class TierManager:
             if stream.deleted or f not in segment.files:
                 continue
             # Trim in log order: older uploaded files of the segment go first.
+            trimmed = []
             while segment.files and segment.files[0] is not f and segment.files[0].uploaded:
-                segment.trim_oldest()
+                trimmed.append(segment.trim_oldest(unlink=False))
             if segment.files and segment.files[0] is f:
-                segment.trim_oldest()
-            stream.forget_trimmed()
+                trimmed.append(segment.trim_oldest(unlink=False))
+            touched: set[int] | None = set()
+            for gone in trimmed:
+                assert gone is not None
+                paths.append(gone.path)
+                if touched is not None:
+                    touched = None if gone.partitions is None else touched | gone.partitions
+            stream.forget_trimmed(touched)
+        return paths
 
     # --- read --------------------------------------------------------------------------
 
@@ -521,3 +537,14 @@ def _config_int(configs: dict[str, str], name: str) -> int:
         return int(configs.get(name, "-1"))
     except ValueError:
         return -1
+
+
+def _unlink_all(paths: list[str]) -> None:
+    """Remove trimmed tier-1 files (closed and out of every index already)."""
+    for path in paths:
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:  # left behind: the next start sees an uploaded file, trims it
+            log.warning("could not remove trimmed file %s: %s", path, exc)

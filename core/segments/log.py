@@ -124,6 +124,9 @@ class LogFile:
     opened_at: float = -1.0  # trio clock when the file got its first entry; -1: unknown
     closed: bool = False  # rolled: complete, durable, ready to become a chunk
     uploaded: bool = False  # its chunk is confirmed in tier 2: the file may be trimmed
+    # The partitions with entries in it, known once its chunk is built (None: not known);
+    # a trim then revisits only their indexes, not every partition of the stream.
+    partitions: frozenset[int] | None = None
 
     @property
     def end(self) -> int:
@@ -267,9 +270,10 @@ class SegmentLog:
         end = self.files[-1].end if self.files else 0
         self.durable_size = self.logical_size = max(end, self.uploaded_end)
 
-    def _remove_file(self, f: LogFile) -> None:
+    def _remove_file(self, f: LogFile, unlink: bool = True) -> None:
         os.close(f.fd)
-        os.remove(f.path)
+        if unlink:
+            os.remove(f.path)
         i = self.files.index(f)
         del self.files[i]
         del self._bases[i]
@@ -548,12 +552,14 @@ class SegmentLog:
         """Positions below this are no longer in tier 1 (trimmed after upload)."""
         return self.files[0].base if self.files else self.logical_size
 
-    def trim_oldest(self) -> LogFile | None:
-        """Delete the oldest file if its chunk is confirmed in tier 2; returns it."""
+    def trim_oldest(self, unlink: bool = True) -> LogFile | None:
+        """Delete the oldest file if its chunk is confirmed in tier 2; returns it.
+        `unlink=False`: the caller removes the returned file's path (off the event loop:
+        unlinking a large file can block)."""
         if not self.files or not self.files[0].uploaded:
             return None
         f = self.files[0]
-        self._remove_file(f)
+        self._remove_file(f, unlink)
         return f
 
     # --- reads -------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Protocol
 
 from ..api import AppendResult, PendingAppend, ReadResult, ScaleResult
@@ -123,6 +123,10 @@ class Stream:
         partition = self._partitions[index] = Partition(index)
         return partition
 
+    def loaded_partition(self, index: int) -> Partition | None:
+        """The partition object if it exists in memory (no creation)."""
+        return self._partitions.get(index)
+
     def iter_partitions(self) -> list[tuple[int, Partition]]:
         """The partitions that exist in memory (used or replayed); idle ones do not."""
         return list(self._partitions.items())
@@ -201,8 +205,8 @@ class Stream:
     def producer_snapshots(self, partitions: set[int]) -> list[ProducerSnapshot]:
         return tier_index.producer_snapshots(self, partitions)
 
-    def forget_trimmed(self) -> None:
-        tier_index.forget_trimmed(self)
+    def forget_trimmed(self, partitions: Collection[int] | None = None) -> None:
+        tier_index.forget_trimmed(self, partitions)
 
     def expired_chunks(self) -> list[ChunkRecord]:
         return tier_index.expired_chunks(self)

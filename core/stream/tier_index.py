@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 from ..metadata import ChunkRecord, ProducerSnapshot
@@ -27,9 +28,15 @@ def producer_snapshots(stream: Stream, partitions: set[int]) -> list[ProducerSna
     ]
 
 
-def forget_trimmed(stream: Stream) -> None:
-    """Drop tier-1 index entries whose files were trimmed (reads go to tier 2)."""
-    for _index, partition in stream.iter_partitions():
+def forget_trimmed(stream: Stream, indexes: Collection[int] | None = None) -> None:
+    """Drop tier-1 index entries whose files were trimmed (reads go to tier 2). `indexes`:
+    the partitions with entries in the trimmed files (None: not known, look at all)."""
+    if indexes is None:
+        partitions = [partition for _index, partition in stream.iter_partitions()]
+    else:
+        loaded = (stream.loaded_partition(index) for index in indexes)
+        partitions = [partition for partition in loaded if partition is not None]
+    for partition in partitions:
         count = 0
         while count < partition.local_batch_count:
             segment_id, position = partition.local_location(count)

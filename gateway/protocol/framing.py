@@ -43,7 +43,10 @@ class FrameDecoder:
         end = 4 + size
         if len(self._buffer) < end:
             return None
-        frame = bytes(self._buffer[4:end])
+        # One copy (a slice of the bytearray itself would be a second one); the view is
+        # released before the buffer shrinks.
+        with memoryview(self._buffer) as view:
+            frame = bytes(view[4:end])
         del self._buffer[:end]
         return frame
 
