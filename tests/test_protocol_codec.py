@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader
@@ -81,6 +83,29 @@ def test_frame_decoder_splits_and_rejects_oversized_frames() -> None:
     negative.feed(b"\xff\xff\xff\xff")
     with pytest.raises(FrameError):
         negative.next_frame()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    payloads=st.lists(st.binary(max_size=300), max_size=20),
+    cuts=st.lists(st.integers(min_value=1, max_value=700), max_size=40),
+)
+def test_frame_decoder_gives_back_the_frames_however_the_bytes_arrive(
+    payloads: list[bytes], cuts: list[int]
+) -> None:
+    """Frames come out whole and in order whatever the receive sizes: a size prefix split
+    across receives, several frames in one, a frame over many."""
+    stream = b"".join(frame(p) for p in payloads)
+    decoder = FrameDecoder(max_frame_bytes=300)
+    out: list[bytes] = []
+    pos = 0
+    for size in [*cuts, len(stream)]:
+        decoder.feed(stream[pos : pos + size])
+        pos += size
+        while (got := decoder.next_frame()) is not None:
+            out.append(got)
+    assert out == payloads
+    assert decoder.buffered == 0
 
 
 def _request_header(api_key: int, version: int, flexible: bool) -> bytes:
