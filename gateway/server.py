@@ -144,12 +144,12 @@ class _ResponseSlot:
 
     def __init__(self) -> None:
         self.done = trio.Event()
-        self.payload: bytes | None = None
+        self.payload: Framed | None = None
         self.close_connection = False
         # A Produce left for the writer task to finish (no task of its own); `done` is set.
         self.pending: tuple[RequestHeader, ProduceOutcome] | None = None
 
-    def fill(self, payload: bytes | None, close_connection: bool = False) -> None:
+    def fill(self, payload: Framed | None, close_connection: bool = False) -> None:
         self.payload = payload
         self.close_connection = close_connection
         self.done.set()
@@ -399,11 +399,15 @@ class Gateway:
         stream: trio.abc.Stream, out: list[_ResponseSlot], idle: _IdleTimer
     ) -> None:
         payloads = [slot.payload for slot in out if slot.payload is not None]
-        if len(payloads) == 1 or sum(map(len, payloads)) > _COALESCE_BYTES:
-            for payload in payloads:  # large ones: a copy would cost more than the syscall
-                await stream.send_all(payload)
-        elif payloads:
-            await stream.send_all(b"".join(payloads))
+        whole = [p for p in payloads if isinstance(p, bytes)]
+        if (
+            isinstance(stream, LeanSocketStream)  # one gathered send: nothing copied
+            or len(whole) < len(payloads)  # a large one, its prefix apart
+            or sum(map(len, whole)) > _COALESCE_BYTES  # a copy would cost more than sends
+        ):
+            await _send_framed(stream, payloads)
+        elif whole:  # small ones over TLS: joined, one record
+            await stream.send_all(b"".join(whole))
         for slot in out:
             if slot.close_connection:
                 raise _CloseConnection("protocol error")
@@ -526,7 +530,7 @@ class Gateway:
         slot.fill(payload)
 
     @staticmethod
-    def _encode(header: RequestHeader, response: dict[str, Any] | bytes | None) -> bytes | None:
+    def _encode(header: RequestHeader, response: dict[str, Any] | bytes | None) -> Framed | None:
         """A handler's answer as a framed response (None: no response, acks=0)."""
         if response is None:
             return None
@@ -540,8 +544,28 @@ class Gateway:
         return _framed(response)
 
 
-def _framed(payload: bytes) -> bytes:
+# A response is one buffer, or for a large one its size prefix and body apart: prepending
+# four bytes would copy the whole body (a Fetch response of megabytes), while a gathered
+# send (`sendmsg`) writes both from where they are.
+Framed = bytes | tuple[bytes, bytes]
+_PREFIX_APART_BYTES = 64 * 1024
+
+
+def _framed(payload: bytes) -> Framed:
+    if len(payload) >= _PREFIX_APART_BYTES:
+        return _SIZE.pack(len(payload)), payload
     return _SIZE.pack(len(payload)) + payload
+
+
+async def _send_framed(stream: trio.abc.Stream, responses: list[Framed]) -> None:
+    """Send responses in order: gathered in one call where the stream can (plain TCP),
+    else each buffer in turn."""
+    buffers = [b for r in responses for b in ((r,) if isinstance(r, bytes) else r)]
+    if isinstance(stream, LeanSocketStream):
+        await stream.send_all_buffers(buffers)
+        return
+    for buffer in buffers:
+        await stream.send_all(buffer)
 
 
 def _peer_name(stream: trio.SocketStream) -> str:
