@@ -70,7 +70,7 @@ class LeanSocketStream(trio.abc.Stream):
                 except OSError as exc:
                     raise trio.BrokenResourceError(f"send failed: {exc}") from exc
 
-    async def send_all_buffers(self, buffers: list[bytes]) -> None:
+    async def send_all_buffers(self, buffers: list[bytes | memoryview]) -> None:
         """Send the buffers in order as one stream of bytes, gathered (`sendmsg`) so that
         none is copied to be joined with the others."""
         await trio.lowlevel.checkpoint_if_cancelled()

@@ -63,7 +63,10 @@ log = logging.getLogger(__name__)
 # Lines any client can cause (bad frames, failed logins, TLS garbage): rate limited.
 _client_faults = RateLimitedLog(log)
 
-Handler = Callable[[GatewayContext, RequestHeader, Any], Awaitable[dict[str, Any] | bytes | None]]
+Handler = Callable[
+    [GatewayContext, RequestHeader, Any],
+    Awaitable[dict[str, Any] | bytes | list[bytes | memoryview] | None],
+]
 
 HANDLERS: dict[int, Handler] = {
     ApiKey.PRODUCE: data.produce,
@@ -530,7 +533,9 @@ class Gateway:
         slot.fill(payload)
 
     @staticmethod
-    def _encode(header: RequestHeader, response: dict[str, Any] | bytes | None) -> Framed | None:
+    def _encode(
+        header: RequestHeader, response: dict[str, Any] | bytes | list[bytes | memoryview] | None
+    ) -> Framed | None:
         """A handler's answer as a framed response (None: no response, acks=0)."""
         if response is None:
             return None
@@ -544,28 +549,32 @@ class Gateway:
         return _framed(response)
 
 
-# A response is one buffer, or for a large one its size prefix and body apart: prepending
-# four bytes would copy the whole body (a Fetch response of megabytes), while a gathered
-# send (`sendmsg`) writes both from where they are.
-Framed = bytes | tuple[bytes, bytes]
+# A response is one buffer, or its size prefix and body pieces apart: prepending four
+# bytes to a large body would copy it whole (a Fetch response of megabytes), and a Fetch
+# response comes in pieces (its batches as read); a gathered send (`sendmsg`) writes them
+# all from where they are.
+Framed = bytes | tuple[bytes | memoryview, ...]
 _PREFIX_APART_BYTES = 64 * 1024
 
 
-def _framed(payload: bytes) -> Framed:
+def _framed(payload: bytes | list[bytes | memoryview]) -> Framed:
+    if isinstance(payload, list):
+        return (_SIZE.pack(sum(map(len, payload))), *payload)
     if len(payload) >= _PREFIX_APART_BYTES:
         return _SIZE.pack(len(payload)), payload
     return _SIZE.pack(len(payload)) + payload
 
 
 async def _send_framed(stream: trio.abc.Stream, responses: list[Framed]) -> None:
-    """Send responses in order: gathered in one call where the stream can (plain TCP),
-    else each buffer in turn."""
-    buffers = [b for r in responses for b in ((r,) if isinstance(r, bytes) else r)]
+    """Send responses in order: gathered in one call on plain TCP; over TLS each response
+    in one piece (many small pieces would each become a TLS record)."""
     if isinstance(stream, LeanSocketStream):
-        await stream.send_all_buffers(buffers)
+        await stream.send_all_buffers(
+            [b for r in responses for b in ((r,) if isinstance(r, bytes) else r)]
+        )
         return
-    for buffer in buffers:
-        await stream.send_all(buffer)
+    for response in responses:
+        await stream.send_all(response if isinstance(response, bytes) else b"".join(response))
 
 
 def _peer_name(stream: trio.SocketStream) -> str:

@@ -26,7 +26,9 @@ from gateway.protocol.codec import RequestHeader
 
 log = logging.getLogger(__name__)
 
-Response = dict[str, Any] | bytes | None
+# A handler's answer: fields for the encoder, an encoded body, or an encoded body in
+# pieces (Fetch: record batches are sent from where they are, not joined), or no answer.
+Response = dict[str, Any] | bytes | list[bytes | memoryview] | None
 Handler = Callable[[GatewayContext, RequestHeader, Any], Awaitable[Response]]
 Guard = Callable[[GatewayContext, RequestHeader, Any, Handler], Awaitable[Response]]
 

@@ -81,7 +81,11 @@ def _produce(inner: Handler) -> Handler:
 def _fetch(inner: Handler) -> Handler:
     async def handler(ctx: GatewayContext, header: RequestHeader, body: Any) -> Response:
         response = await inner(ctx, header, body)
-        if not isinstance(response, bytes) or ctx.quotas is None or not ctx.quotas.quotas:
+        if ctx.quotas is None or not ctx.quotas.quotas:
+            return response
+        if isinstance(response, list):  # throttled ones are patched whole
+            response = b"".join(response)
+        if not isinstance(response, bytes):
             return response
         ms = _throttle(ctx, CONSUMER_BYTE_RATE, header, len(response))
         if ms:

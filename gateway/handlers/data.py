@@ -210,8 +210,9 @@ def _with_extras(response: dict[str, Any], rewritten: Rewritten | None) -> dict[
     return response
 
 
-async def fetch(ctx: GatewayContext, header: RequestHeader, body: Any) -> bytes:
-    """Read whole batches; long-poll until min_bytes arrive or max_wait passes."""
+async def fetch(ctx: GatewayContext, header: RequestHeader, body: Any) -> list[bytes | memoryview]:
+    """Read whole batches; long-poll until min_bytes arrive or max_wait passes. The answer
+    is the encoded response in pieces, the batches among them as read (no join)."""
     max_wait_s = body.max_wait.total_seconds()
     max_bytes = getattr(body, "max_bytes", 0x7FFFFFFF)
     read_committed = getattr(body, "isolation_level", 0) == _READ_COMMITTED
@@ -223,8 +224,7 @@ async def fetch(ctx: GatewayContext, header: RequestHeader, body: Any) -> bytes:
         if not await _wait_for_data(ctx, body, deadline):
             topics, total, has_error = await _read_fetch(ctx, body, max_bytes, read_committed)
             break
-    parts = encode_fetch_response(header.correlation_id, header.api_version, topics)
-    return b"".join(parts)
+    return encode_fetch_response(header.correlation_id, header.api_version, topics)
 
 
 async def _read_fetch(
