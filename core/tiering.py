@@ -33,7 +33,7 @@ from .metadata import ChunkRecord, ChunkSlice, MetadataStore, OpenTxnSnapshot
 from .metadata_worker import MetadataWorker
 from .segments.chunks import build_chunk, chunk_key
 from .segments.log import LogFile, SegmentLog, Tier1Usage
-from .segments.objectstore import ObjectNotFound, ObjectStore, ObjectStoreUnavailable
+from .segments.objectstore import Body, ObjectNotFound, ObjectStore, ObjectStoreUnavailable
 from .stream import Stream
 from .topic_config import split_list
 
@@ -215,10 +215,10 @@ class TierManager:
         data = await trio.to_thread.run_sync(segment.read_file, f)
         built = await trio.to_thread.run_sync(build_chunk, data, f.base)
         key = chunk_key(stream.record.topic_id.hex, segment.segment_id, f.base)
-        await self._put_with_backoff(stream, key, built.data)
+        await self._put_with_backoff(stream, key, built.parts)
         if stream.deleted:
             return
-        chunk = ChunkRecord(segment.segment_id, f.base, f.end, key, len(built.data), built.slices)
+        chunk = ChunkRecord(segment.segment_id, f.base, f.end, key, built.size, built.slices)
         producers = stream.producer_snapshots({s.partition for s in built.slices})
         try:
             await self._worker.call(self._metadata.commit_chunk, stream.name, chunk, producers)
@@ -230,7 +230,7 @@ class TierManager:
         stream.add_chunk(chunk)
         segment.mark_uploaded(f)
         self.stats.chunks_uploaded += 1
-        self.stats.bytes_uploaded += len(built.data)
+        self.stats.bytes_uploaded += built.size
         if f.opened_at >= 0:  # unknown for files replayed after a restart
             self.upload_lags.append(trio.current_time() - f.opened_at)
         if not trimmable:
@@ -242,7 +242,7 @@ class TierManager:
         if trimmed:
             await trio.to_thread.run_sync(_unlink_all, trimmed, limiter=self._unlink_limiter)
 
-    async def _put_with_backoff(self, stream: Stream, key: str, data: bytes) -> None:
+    async def _put_with_backoff(self, stream: Stream, key: str, data: Body) -> None:
         delay = _BACKOFF_FIRST_S
         while not stream.deleted:
             try:

@@ -78,6 +78,22 @@ def test_put_and_get_exact_ranges(store: ObjectStore) -> None:
     run(main)
 
 
+def test_put_in_pieces_stores_them_end_to_end(store: ObjectStore) -> None:
+    """A chunk is handed over in pieces (views of its batches, the index, the footer) and
+    written gathered: the object is their concatenation, empty pieces and all, and more
+    pieces than one gathered write takes."""
+    pieces: list[bytes | memoryview] = [memoryview(DATA)[:100], b"", DATA[100:5000]]
+    pieces += [bytes([i % 251]) * (i % 7) for i in range(3000)]
+    pieces.append(memoryview(DATA)[5000:])
+
+    async def main() -> None:
+        await store.put("t/9/pieces.chunk", pieces)
+        whole = b"".join(pieces)
+        assert await store.get_range("t/9/pieces.chunk", 0, len(whole)) == whole
+
+    run(main)
+
+
 def test_overwrite_replaces_whole_object(store: ObjectStore) -> None:
     async def main() -> None:
         await store.put("t/0/a.chunk", DATA)

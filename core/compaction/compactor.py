@@ -283,14 +283,14 @@ class Compactor:
         if result.parts:
             built = await trio.to_thread.run_sync(pack_chunk, result.parts, limiter=self._limiter)
             key = compacted_key(chunk.object_key)
-            await self.object_store.put(key, built.data)
-            self.stats.bytes_written += len(built.data)
+            await self.object_store.put(key, built.parts)
+            self.stats.bytes_written += built.size
             new = ChunkRecord(
                 chunk.segment_id,
                 chunk.start_position,
                 chunk.end_position,
                 key,
-                len(built.data),
+                built.size,
                 built.slices,
                 created_ms=chunk.created_ms,  # tombstone horizons count from the first seal
             )

@@ -42,8 +42,17 @@ class ChunkFormatError(ValueError):
 
 @dataclass(slots=True)
 class BuiltChunk:
-    data: bytes
+    # The object in pieces (views of the batches, the index, the footer): a store writes
+    # them gathered, where joining 8 MiB would hold the GIL (and stall the event loop) for
+    # the whole copy.
+    parts: list[bytes | memoryview]
+    size: int
     slices: list[ChunkSlice]
+
+    @property
+    def data(self) -> bytes:
+        """The object as one buffer (a copy)."""
+        return b"".join(self.parts)
 
 
 @dataclass(slots=True)
@@ -104,7 +113,7 @@ def pack_chunk(partitions: Sequence[tuple[int, Sequence[bytes | memoryview]]]) -
     index_bytes = b"".join(index)
     parts.append(index_bytes)
     parts.append(_FOOTER.pack(len(slices), crc32c.crc32c(index_bytes), CHUNK_MAGIC))
-    return BuiltChunk(b"".join(parts), slices)
+    return BuiltChunk(parts, position + len(index_bytes) + _FOOTER.size, slices)
 
 
 def read_chunk_index(data: bytes) -> list[ChunkSlice]:
