@@ -55,7 +55,12 @@ from compat.benchlib.summary import get_path, median_range  # noqa: E402
 from compat.benchlib.topics import create_topic  # noqa: E402
 from core.recordbatch import build_batch  # noqa: E402
 from harness.gateway import Gateway  # noqa: E402
-from harness.kafka import KafkaBroker, run_tool, unavailable_reason  # noqa: E402
+from harness.kafka import (  # noqa: E402
+    FSYNC_EVERY_MESSAGE,
+    KafkaBroker,
+    run_tool,
+    unavailable_reason,
+)
 from harness.nodes_cluster import NodesCluster  # noqa: E402
 from harness.process import ManagedProcess  # noqa: E402
 from harness.procstats import CpuMeter, proc_cpu_seconds, proc_status_kib  # noqa: E402
@@ -698,9 +703,7 @@ def start_targets(args: argparse.Namespace, work: Path) -> dict[str, Target]:
             )
             server.start()
         else:
-            server = KafkaBroker(
-                work / name, {"flush.messages": "1"} if name == "kafka-flush1" else {}
-            )
+            server = KafkaBroker(work / name, FSYNC_EVERY_MESSAGE if name == "kafka-flush1" else {})
             server.start()
         target = Target(name, server, server.bootstrap)  # type: ignore[attr-defined]
         started[name] = target

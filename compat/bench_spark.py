@@ -298,7 +298,7 @@ def main() -> int:
             # whose Kafka sink writes; the replay is a pure read
             for label, overrides, with_replay in (
                 ("kafka", {}, True),
-                ("kafka_flush_messages_1", {"flush.messages": "1"}, False),
+                ("kafka_flush_messages_1", harness_kafka.FSYNC_EVERY_MESSAGE, False),
             ):
                 broker = start_kafka(work / label, overrides)
                 try:

@@ -35,7 +35,6 @@ from harness import kafka as kafka_harness  # noqa: E402
 from harness.gateway import Gateway  # noqa: E402
 
 DEFAULT_OUTPUT = REPO_ROOT / "compat" / "results" / "txn.json"
-_FSYNC = {"log.flush.interval.messages": "1"}  # the broker default of flush.messages
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -162,7 +161,10 @@ def main() -> None:
         else:
             # Kafka answers acks=all from the page cache; flush.messages=1 fsyncs every
             # message, the like-for-like durability row.
-            for name, overrides in (("kafka", {}), ("kafka_fsync_every_message", _FSYNC)):
+            for name, overrides in (
+                ("kafka", {}),
+                ("kafka_fsync_every_message", kafka_harness.FSYNC_EVERY_MESSAGE),
+            ):
                 broker = kafka_harness.KafkaBroker(base / name, overrides)
                 broker.start()
                 try:

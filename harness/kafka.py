@@ -104,11 +104,18 @@ def run_tool(
     )
 
 
+# fsync after every message: streamgate's durability, for the side-by-side rows. The
+# broker-wide name of the topic config `flush.messages`; a broker silently ignores
+# `flush.messages` itself in server.properties.
+FSYNC_EVERY_MESSAGE = {"log.flush.interval.messages": "1"}
+
+
 class KafkaBroker(ManagedProcess):
     """A single-node KRaft broker (broker and controller) on free loopback ports.
 
-    `overrides` are extra server.properties lines, e.g. {"flush.messages": "1"} for the
-    fsync-per-message durability row of a benchmark.
+    `overrides` are extra server.properties lines, e.g. FSYNC_EVERY_MESSAGE for the
+    fsync-per-message durability row of a benchmark. An override the broker does not know
+    fails the start (KafkaError) instead of leaving the broker on its defaults.
     """
 
     name = "kafka"
@@ -202,3 +209,10 @@ class KafkaBroker(ManagedProcess):
             super().start(timeout, ready)
         except ProcessError as exc:
             raise KafkaError(str(exc)) from None
+        # The broker prints every config it knows ("KafkaConfig values:", one `\tname =
+        # value` line each) and silently ignores the names it does not know.
+        log = self.log_since_start()
+        unknown = [key for key in self.overrides if f"\t{key} = ".encode() not in log]
+        if unknown:
+            self.stop()
+            raise KafkaError(f"Kafka does not know the broker configs {unknown}")
