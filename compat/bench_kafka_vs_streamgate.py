@@ -1,7 +1,8 @@
 """Apache Kafka 3.5.1 beside streamgate on this machine: the workloads of issue 15.
 
-Starts Kafka (`harness.kafka.KafkaBroker`, KRaft, one node), a second Kafka with
-`flush.messages=1` (fsync per message, streamgate's durability) and a fresh streamgate
+Starts Kafka (`harness.kafka.KafkaBroker`, KRaft, one node), a second Kafka that fsyncs
+every message (`log.flush.interval.messages=1`, the broker-wide `flush.messages=1`:
+streamgate's durability) and a fresh streamgate
 (`harness.gateway.Gateway`), then runs every workload on every target, alternating the
 targets run by run (the order rotates) so the machine's noise hits all of them, with every
 dirty page written back before each run (`os.sync`): Kafka acknowledges from the page cache,
