@@ -66,7 +66,7 @@ from harness.nodes_cluster import NodesCluster  # noqa: E402
 from harness.process import ManagedProcess  # noqa: E402
 from harness.procstats import CpuMeter, proc_cpu_seconds, proc_status_kib  # noqa: E402
 from harness.provenance import provenance  # noqa: E402
-from kafkaclient.client import KafkaClient  # noqa: E402
+from kafkaclient.client import KafkaClient, produce_body  # noqa: E402
 
 Report = dict[str, Any]
 WORKLOADS = (
@@ -457,19 +457,7 @@ def _many_raw(t: Target, s: Sizes, display: Display) -> Report:
         while pending and time.monotonic() < deadline:
             retry: list[tuple[str, list[int]]] = []
             bodies = (
-                {
-                    "transactional_id": None,
-                    "acks": -1,
-                    "timeout_ms": 30000,
-                    "topic_data": [
-                        {
-                            "name": topic,
-                            "partition_data": [
-                                {"index": p, "records": batch} for p in parts[first : first + 1000]
-                            ],
-                        }
-                    ],
-                }
+                produce_body(topic, {p: batch for p in parts[first : first + 1000]})
                 for topic, parts in pending
                 for first in range(0, len(parts), 1000)
             )

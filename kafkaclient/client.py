@@ -123,6 +123,25 @@ class KafkaClient:
         return b"".join(chunks)
 
 
+def produce_body(
+    topic: str, records: dict[int, bytes], acks: int = -1, timeout_ms: int = 30000
+) -> dict[str, Any]:
+    """A Produce request's fields (spec names) for one topic: partition -> record batch."""
+    return {
+        "transactional_id": None,
+        "acks": acks,
+        "timeout_ms": timeout_ms,
+        "topic_data": [
+            {
+                "name": topic,
+                "partition_data": [
+                    {"index": index, "records": batch} for index, batch in records.items()
+                ],
+            }
+        ],
+    }
+
+
 def encode_request(
     api_key: int, version: int, correlation_id: int, client_id: bytes, body: dict[str, Any]
 ) -> bytes:

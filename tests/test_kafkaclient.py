@@ -8,23 +8,11 @@ from typing import Any
 import pytest
 
 from core.recordbatch import build_batch
-from kafkaclient.client import KafkaClient
+from kafkaclient.client import KafkaClient, produce_body
 
 
 def _produce_body(topic: str, partition: int, value: bytes) -> dict[str, Any]:
-    return {
-        "transactional_id": None,
-        "acks": -1,
-        "timeout_ms": 30000,
-        "topic_data": [
-            {
-                "name": topic,
-                "partition_data": [
-                    {"index": partition, "records": build_batch([(b"k", value, [])])}
-                ],
-            }
-        ],
-    }
+    return produce_body(topic, {partition: build_batch([(b"k", value, [])])})
 
 
 def test_pipeline_answers_every_request_in_order(shared_gateway, topic: str) -> None:
