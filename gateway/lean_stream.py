@@ -19,8 +19,9 @@ import socket
 
 import trio
 
+from core.gathered_io import IOV_MAX, advance, views_of
+
 _DEFAULT_RECEIVE = 65536
-_IOV_MAX = 1024  # buffers per sendmsg (Linux's UIO_MAXIOV)
 
 
 class LeanSocketStream(trio.abc.Stream):
@@ -74,23 +75,19 @@ class LeanSocketStream(trio.abc.Stream):
         """Send the buffers in order as one stream of bytes, gathered (`sendmsg`) so that
         none is copied to be joined with the others."""
         await trio.lowlevel.checkpoint_if_cancelled()
-        views = [memoryview(b) for b in buffers if b]
-        while views:
+        views = views_of(buffers)
+        start = 0
+        while start < len(views):
             if self._closed:
                 raise trio.ClosedResourceError("the stream is closed")
             try:
-                sent = self._sock.sendmsg(views[:_IOV_MAX])
+                sent = self._sock.sendmsg(views[start : start + IOV_MAX])
             except BlockingIOError:
                 await trio.lowlevel.wait_writable(self._sock)
                 continue
             except OSError as exc:
                 raise trio.BrokenResourceError(f"send failed: {exc}") from exc
-            while sent:  # drop what went out; the first partly sent buffer keeps its rest
-                if sent >= len(views[0]):
-                    sent -= len(views.pop(0))
-                else:
-                    views[0] = views[0][sent:]
-                    sent = 0
+            start = advance(views, start, sent)
 
     async def wait_send_all_might_not_block(self) -> None:
         await trio.lowlevel.wait_writable(self._sock)

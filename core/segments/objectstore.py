@@ -39,6 +39,7 @@ from urllib.parse import urlsplit
 import trio
 
 from ..api import StoreUnavailable
+from ..gathered_io import views_of, write_all
 
 T = TypeVar("T")
 
@@ -47,16 +48,9 @@ S3_DELETE_BATCH = 1000  # the maximum number of keys one DeleteObjects request m
 _TMP_MARK = ".tmp-"
 
 
-_IOV_MAX = 1024  # buffers per writev (Linux's UIO_MAXIOV)
-
 # An object's bytes: one buffer, or pieces in order (written gathered, not joined, where
 # the store can).
 Body = bytes | Sequence[bytes | memoryview]
-
-
-def _pieces(data: Body) -> list[memoryview]:
-    views = [memoryview(data)] if isinstance(data, bytes) else [memoryview(p) for p in data]
-    return [v for v in views if len(v)]
 
 
 class ObjectStoreUnavailable(StoreUnavailable):
@@ -173,15 +167,9 @@ class LocalFolderStore:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         try:
             try:
-                pieces = _pieces(data)
-                while pieces:  # gathered writes: the kernel copies, the GIL is free
-                    written = os.writev(fd, pieces[:_IOV_MAX])
-                    while written:
-                        if written >= len(pieces[0]):
-                            written -= len(pieces.pop(0))
-                        else:
-                            pieces[0] = pieces[0][written:]
-                            written = 0
+                # gathered writes: the kernel copies, the GIL is free meanwhile
+                pieces = views_of([data] if isinstance(data, bytes) else data)
+                write_all(lambda views: os.writev(fd, views), pieces)
                 os.fsync(fd)
             finally:
                 os.close(fd)
