@@ -1,12 +1,13 @@
 """The flushers' thread pool keeps `trio.to_thread.run_sync`'s contract where the segment logs
 rely on it: results and exceptions come back, a job the thread has is waited for even when
-the caller is cancelled, callbacks the job queued come before its result, threads are reused,
-concurrency is bounded, and idle threads leave."""
+the caller is cancelled, the job's progress reports reach the loop in order before its
+result, threads are reused, concurrency is bounded, and idle threads leave."""
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 import trio
@@ -48,22 +49,47 @@ def test_a_started_job_is_waited_for_when_cancelled() -> None:
     trio.run(main)
 
 
-def test_callbacks_queued_by_the_job_run_before_its_result() -> None:
+def test_progress_reports_reach_the_loop_in_order_before_the_result() -> None:
     pool = FlushThreads()
-    seen: list[int] = []
+    seen: list[tuple[int, bool]] = []
+    loop_thread = threading.get_ident()
+
+    def job(report: Callable[[int], None], count: int) -> int:
+        for i in range(count):
+            report(i)
+            if i == 2:
+                time.sleep(0.05)  # some reports arrive while the task waits
+        return count
+
+    def on_progress(item: int) -> None:
+        seen.append((item, threading.get_ident() == loop_thread))
 
     async def main() -> None:
-        token = trio.lowlevel.current_trio_token()
-
-        def job() -> int:
-            for i in range(5):
-                token.run_sync_soon(seen.append, i)
-            return 5
-
-        seen.append(await pool.run_sync(job))
+        assert await pool.run_sync(job, 5, on_progress=on_progress) == 5
+        assert seen == [(i, True) for i in range(5)]
+        seen.clear()
+        assert await pool.run_sync(job, 3, on_progress=on_progress) == 3  # the same thread
+        assert seen == [(i, True) for i in range(3)]
 
     trio.run(main)
-    assert seen == [0, 1, 2, 3, 4, 5]
+
+
+def test_a_failed_job_leaves_its_thread_reusable() -> None:
+    pool = FlushThreads(max_threads=1)
+
+    def fail(report: Callable[[str], None]) -> None:
+        report("written")
+        raise OSError(5, "Input/output error")
+
+    async def main() -> None:
+        seen: list[str] = []
+        with pytest.raises(OSError, match="Input/output"):
+            await pool.run_sync(fail, on_progress=seen.append)
+        assert seen == ["written"]
+        assert await pool.run_sync(lambda: 9) == 9
+
+    trio.run(main)
+    assert len(pool.idle) == 1
 
 
 def test_threads_are_reused_and_bounded() -> None:

@@ -15,13 +15,13 @@ from core.segments.log import PendingAppend, SegmentLog
 
 def test_concurrent_appends_are_reported_in_order_and_replay_whole(tmp_path, monkeypatch) -> None:
     pipelined = []
-    original = SegmentLog._group_durable_soon
+    original = SegmentLog._earlier_group_durable
 
     def counting(self: SegmentLog, *args: object) -> None:
         pipelined.append(1)
         original(self, *args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(SegmentLog, "_group_durable_soon", counting)
+    monkeypatch.setattr(SegmentLog, "_earlier_group_durable", counting)
     durable: list[PendingAppend] = []
     batches: dict[int, bytes] = {}
     rolled: list[int] = []

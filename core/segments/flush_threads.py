@@ -1,22 +1,28 @@
 """Persistent worker threads for the segment logs' writes and fsyncs.
 
 `trio.to_thread.run_sync` passes through the scheduler an extra time per call (its capacity
-limiter yields even when a thread is free) and names the worker thread per job; the
-flushers make one such call per group commit. These threads take a job with no extra pass:
-the limiter is taken without waiting when there is room, and the result comes back through
-the trio token.
+limiter yields even when a thread is free), names the worker thread per job, and brings the
+result back through the trio token: a write to trio's wake-up socket, then a system task that
+runs the callback, then the waiting task. The flushers make one such call per group commit.
+
+Here each worker thread owns an eventfd. The thread puts what it has to say (progress reports,
+then the result) in a queue and bumps the eventfd; the task that handed it the job waits on
+that eventfd directly, so the result reaches it in one wake-up, with no system task between.
+Measured on a 2-core VM, one 1 KiB write+fsync per request: the event loop's CPU per request
+130 -> 85 us, the round trip 0.48 -> 0.34 ms.
 
 `run_sync` keeps `to_thread.run_sync`'s contract where the flushers rely on it: the call is
 not cancellable once the thread has the job (it waits for the fsync), exceptions come back
-to the caller, and the result is delivered through the trio token's FIFO callback queue, so
-it comes after every callback the job queued with `run_sync_soon` itself.
+to the caller, and the job's progress reports (`on_progress`) are handled on the loop, in
+order, all before the call returns.
 """
 
 from __future__ import annotations
 
-import contextlib
+import os
 import queue
 import threading
+from collections import deque
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -30,32 +36,61 @@ MAX_THREADS = 32
 # A thread idle this long exits; the next job starts a new one.
 IDLE_EXIT_S = 10.0
 
-_Job = tuple[Callable[..., Any], tuple[Any, ...], trio.lowlevel.Task, trio.lowlevel.TrioToken]
+_Job = tuple[Callable[..., Any], tuple[Any, ...]]
+
+
+class _Final:
+    """The job's outcome, the last thing a worker reports for a job."""
+
+    __slots__ = ("result",)
+
+    def __init__(self, result: outcome.Outcome[Any]) -> None:
+        self.result = result
 
 
 class _Worker:
     def __init__(self, pool: FlushThreads) -> None:
         self.pool = pool
         self.jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        # Written by the thread, read by the waiting task (deque appends and pops are atomic).
+        self.reports: deque[Any] = deque()
+        self.wakeup = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self.thread = threading.Thread(target=self._main, name="streamgate-flush", daemon=True)
         self.thread.start()
+
+    def report(self, item: Any) -> None:
+        """From the thread: hand `item` to the waiting task's `on_progress`."""
+        self.reports.append(item)
+        os.eventfd_write(self.wakeup, 1)
 
     def _main(self) -> None:
         pool = self.pool
         while True:
             try:
-                fn, args, task, token = self.jobs.get(timeout=IDLE_EXIT_S)
+                fn, args = self.jobs.get(timeout=IDLE_EXIT_S)
             except queue.Empty:
                 with pool.lock:
                     if self in pool.idle:  # not handed a job meanwhile: leave
                         pool.idle.remove(self)
+                        os.close(self.wakeup)  # nobody waits on it: the job's task is done
                         return
                 continue
-            result = outcome.capture(fn, *args)
-            with pool.lock:  # idle again before the result is out: reusable at once
-                pool.idle.append(self)
-            with contextlib.suppress(trio.RunFinishedError):  # the loop is gone: nobody waits
-                token.run_sync_soon(trio.lowlevel.reschedule, task, result)
+            self.report(_Final(outcome.capture(fn, *args)))
+
+    async def wait_for_job(self, on_progress: Callable[[Any], None] | None) -> outcome.Outcome[Any]:
+        """On the loop: handle the job's reports until its outcome, and return that."""
+        reports = self.reports
+        while True:
+            while reports:
+                item = reports.popleft()
+                if isinstance(item, _Final):
+                    return item.result
+                assert on_progress is not None
+                on_progress(item)
+            # The thread bumps the eventfd after each report: once it is readable, the read
+            # cannot block (this task is its only reader), and resets the count.
+            await trio.lowlevel.wait_readable(self.wakeup)
+            os.eventfd_read(self.wakeup)
 
 
 class FlushThreads:
@@ -73,11 +108,21 @@ class FlushThreads:
             self._limiter = (token, trio.CapacityLimiter(self.max_threads))
         return self._limiter[1]
 
-    async def run_sync(self, fn: Callable[..., T], *args: Any) -> T:
+    async def run_sync(
+        self,
+        fn: Callable[..., T],
+        *args: Any,
+        on_progress: Callable[[Any], None] | None = None,
+    ) -> T:
+        """Run `fn(*args)` in a worker thread and return its result.
+
+        With `on_progress`, fn is called as `fn(report, *args)`: each `report(item)` it makes
+        in the thread becomes an `on_progress(item)` call on the loop, in order, before this
+        returns. `on_progress` must not raise.
+        """
         await trio.lowlevel.checkpoint_if_cancelled()
         task = trio.lowlevel.current_task()
-        token = trio.lowlevel.current_trio_token()
-        limiter = self._capacity(token)
+        limiter = self._capacity(trio.lowlevel.current_trio_token())
         try:
             limiter.acquire_on_behalf_of_nowait(task)
         except trio.WouldBlock:  # only then a pass through the scheduler
@@ -87,13 +132,12 @@ class FlushThreads:
                 worker = self.idle.pop() if self.idle else None
             if worker is None:
                 worker = _Worker(self)
-            worker.jobs.put((fn, args, task, token))
-
-            def refuse(_: Any) -> trio.lowlevel.Abort:
-                return trio.lowlevel.Abort.FAILED  # the thread has the job: wait for it
-
-            result: T = await trio.lowlevel.wait_task_rescheduled(refuse)
-            return result
+            worker.jobs.put((fn, (worker.report, *args) if on_progress is not None else args))
+            with trio.CancelScope(shield=True):  # the thread has the job: wait for it
+                result: outcome.Outcome[T] = await worker.wait_for_job(on_progress)
+            with self.lock:  # its last report read: the worker may take another job
+                self.idle.append(worker)
+            return result.unwrap()
         finally:
             limiter.release_on_behalf_of(task)
 

@@ -25,7 +25,6 @@ import bisect
 import contextlib
 import errno
 import logging
-import math
 import os
 import struct
 import threading
@@ -177,6 +176,11 @@ def iter_entries(data: bytes | memoryview, base: int = 0) -> Iterator[ReplayedEn
             return
         yield ReplayedEntry(partition, base + start, bytes(batch))
         pos = start + length
+
+
+# A group commit done in a worker thread: the (header, batch) buffers written, their appends,
+# the file they went to and whether that file was created for them.
+_Group = tuple[list[bytes | bytearray | memoryview], list[PendingAppend], LogFile, bool]
 
 
 class SegmentLog:
@@ -358,10 +362,31 @@ class SegmentLog:
                         self.durable_size, [], OSError(errno.EIO, "predecessor segment failed")
                     )
             self._after = []
-            await self._flush_until_closed()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._watch_roll_age)
+                await self._flush_until_closed()
+                nursery.cancel_scope.cancel()
         finally:
             self._flusher_running = False
             self.drained.set()
+
+    async def _watch_roll_age(self) -> None:
+        """Wake the flusher when the active file is `roll_age_s` old.
+
+        A task of its own, sleeping once per file, so that the flusher's wait for work has
+        no deadline: a deadline there cost a cancel scope (and a move in trio's deadline
+        heap) per group commit."""
+        while True:
+            active = self._active
+            if active is not None and active.size:
+                due = active.opened_at + self.roll_age_s
+                if trio.current_time() < due:
+                    await trio.sleep_until(due)
+                    continue
+                self._work.set()  # due: rolled at the flusher's next pass
+            # Nothing to watch (or just signalled): a file opened during this sleep is due
+            # after it ends, so the check above still finds it in time.
+            await trio.sleep(self.roll_age_s)
 
     def _roll_due(self) -> bool:
         active = self._active
@@ -397,24 +422,22 @@ class SegmentLog:
                     if self.sealed:  # a sealed log is complete: its last file is a chunk
                         self._roll()
                     return
-                active = self._active
-                deadline = math.inf
-                if active is not None and active.size:
-                    deadline = active.opened_at + self.roll_age_s
-                with trio.move_on_at(deadline):
-                    await self._work.wait()
-                if self._work.is_set():
-                    self._work = trio.Event()
+                await self._work.wait()  # (a roll by age: `_watch_roll_age` sets it)
+                self._work = trio.Event()
                 continue
             with self._queue_lock:
                 buffers, batch = self._queued_buffers, self._queued
                 self._queued_buffers, self._queued = [], []
             start = self.durable_size
             active = self._active
-            token = trio.lowlevel.current_trio_token()
             try:
                 last = await FLUSH_THREADS.run_sync(
-                    self._write_groups, buffers, batch, start, active, token
+                    self._write_groups,
+                    buffers,
+                    batch,
+                    start,
+                    active,
+                    on_progress=self._earlier_group_durable,
                 )
             except _GroupFailed as failed:
                 self.drain_failed = self.drain_failed or self.closed
@@ -426,18 +449,18 @@ class SegmentLog:
 
     def _write_groups(
         self,
+        report: Callable[[_Group], None],
         buffers: list[bytes | bytearray | memoryview],
         batch: list[PendingAppend],
         start: int,
         target: LogFile | None,
-        token: trio.lowlevel.TrioToken,
-    ) -> tuple[list[bytes | bytearray | memoryview], list[PendingAppend], LogFile, bool]:
+    ) -> _Group:
         """Runs in a worker thread: write and fsync one group, then (pipelining) whatever was
         queued meanwhile, into the same file, without a round trip through the event loop.
 
-        Each group but the last is reported durable through `token` as soon as its fsync
-        returns; the last is returned. The loop's callbacks run in FIFO order, so they all
-        come before this call's result (or its _GroupFailed).
+        Each group but the last is reported durable through `report` as soon as its fsync
+        returns; the last is returned. The flush threads hand reports to the loop in order,
+        all before this call's result (or its _GroupFailed).
         """
         created = target is None
         deadline = time.monotonic() + _PIPELINE_S
@@ -463,20 +486,14 @@ class SegmentLog:
                     return done
                 buffers, batch = self._queued_buffers, self._queued
                 self._queued_buffers, self._queued = [], []
-            token.run_sync_soon(self._group_durable_soon, *done)
+            report(done)
             start, target, created = end, written, False
         raise AssertionError("unreachable")
 
-    def _group_durable_soon(
-        self,
-        buffers: list[bytes | bytearray | memoryview],
-        batch: list[PendingAppend],
-        written: LogFile,
-        created: bool,
-    ) -> None:
-        # A run_sync_soon callback must not raise (it would end the whole trio run).
+    def _earlier_group_durable(self, group: _Group) -> None:
+        # A progress callback must not raise (it would end the flusher with its group unsaid).
         try:
-            self._group_durable(buffers, batch, written, created)
+            self._group_durable(*group)
         except Exception:
             log.exception("%s: durability callback failed", self.directory)
 
