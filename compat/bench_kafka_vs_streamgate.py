@@ -309,6 +309,12 @@ def small_16(t: Target, s: Sizes, shared: Report, display: Display) -> Report:
         "requests": requests,
         "requests_per_s": round(requests / seconds, 1),
         "errors": sum(r.tracker.failed for r in runs),
+        # What a stall looked like (one two-node run once left 9,818 records unanswered):
+        # which producers were short, and what librdkafka said meanwhile.
+        "short_producers": {
+            i: per - r.tracker.delivered for i, r in enumerate(runs) if r.tracker.delivered < per
+        },
+        "client_errors": [sample for r in runs for sample in r.tracker.to_json()["samples"]][:10],
     }
 
 
