@@ -43,13 +43,20 @@ class _Tail:
                 "group.id": f"probe-tail-{time.monotonic_ns()}",
                 "auto.offset.reset": "latest",
                 "enable.auto.commit": False,
+                "statistics.interval.ms": 500,
+                "stats_cb": self._stats,
             }
         )
+        self.fetches = 0
         self.consumer.assign([TopicPartition("probe", p, OFFSET_END) for p in range(_PARTITIONS)])
         self.consumed = 0
         self.running = True
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
+
+    def _stats(self, raw: str) -> None:
+        brokers = json.loads(raw)["brokers"].values()
+        self.fetches = sum(b.get("req", {}).get("Fetch", 0) for b in brokers)
 
     def _run(self) -> None:
         while self.running:
@@ -152,6 +159,7 @@ def run_once(
                 "requests": total_requests,
                 "gateway_cpu_s": round(cpu, 3),
                 "tail_consumed": consumed,
+                "tail_fetches": tailing.fetches if tailing is not None else None,
                 "cpu_ms_per_request": round(cpu * 1000 / total_requests, 3)
                 if total_requests
                 else None,

@@ -8,7 +8,6 @@ an idle partition costs a few hundred bytes.
 from __future__ import annotations
 
 import bisect
-import itertools
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -103,6 +102,8 @@ class Partition:
         self._positions = array("q")
         self._sizes = array("i")
         # Running maximum of batch max-timestamps: monotonic, so timestamp lookups bisect.
+        # It runs from the first batch ever indexed: after a prefix is dropped it may
+        # overstate, which only starts a lookup earlier (each batch's own maximum decides).
         self._max_ts_prefix = array("q")
         self._batch_max_ts = array("q")
         # Tier-2 index, one entry per chunk slice, sorted by offset (None until the first).
@@ -249,8 +250,8 @@ class Partition:
             return
         for column in self._index_columns():
             del column[:count]
-        # Rebuild the running maximum so it covers only what is still indexed.
-        self._max_ts_prefix = array("q", itertools.accumulate(self._batch_max_ts, max))
+        # The running maximum is not rebuilt (a pass over every batch still indexed, on
+        # the event loop, for each trimmed file): see its comment in __init__.
 
     def local_bytes_after(self, offset: int) -> int:
         """Bytes of tier-1 indexed batches that start after `offset`."""

@@ -24,6 +24,7 @@ from kio.serial._implicit_defaults import get_implicit_default
 from kio.static.primitive import TZAware, i32Timedelta, i64Timedelta
 
 from .apis import SUPPORTED_APIS, ApiKey
+from .body_reader import Malformed, Truncated, skip_tags
 from .reader import entity_reader
 
 _HEADER_FIXED = struct.Struct(">hhi")
@@ -44,30 +45,13 @@ class RequestHeader:
     flexible: bool
 
 
-def _read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if pos >= len(buf):
-            raise ProtocolError("truncated varint")
-        byte = buf[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
-        if shift > 28:
-            raise ProtocolError("varint too long")
-
-
 def _skip_tagged_fields(buf: bytes, pos: int) -> int:
-    count, pos = _read_uvarint(buf, pos)
-    for _ in range(count):
-        _tag, pos = _read_uvarint(buf, pos)
-        size, pos = _read_uvarint(buf, pos)
-        pos += size
-    if pos > len(buf):
-        raise ProtocolError("truncated tagged fields")
-    return pos
+    try:
+        return skip_tags(buf, pos)
+    except Truncated:
+        raise ProtocolError("truncated tagged fields") from None
+    except Malformed as exc:
+        raise ProtocolError(f"request header: {exc}") from None
 
 
 def peek_header(frame: bytes) -> tuple[int, int, int]:
