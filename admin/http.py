@@ -22,7 +22,12 @@ from urllib.parse import unquote
 
 import trio
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from admin.compaction import compaction_metrics, describe_compaction
@@ -31,6 +36,7 @@ from core.api import ScaleResult, TopicError
 from core.cluster_view import CLUSTER
 from core.scaling.plan import ScaleError
 from core.scaling.policy import ScalingPolicy
+from core.segments.commit_times import COMMIT_TIMES
 from core.store import StreamStore
 
 log = logging.getLogger(__name__)
@@ -84,6 +90,13 @@ class StoreCollector(Collector):
         yield from (open_segments, epoch, scale_events, bytes_in, records_in, bytes_out)
         yield from _tier_metrics(describe_tier(self.store))
         yield from compaction_metrics(self.store)
+        buckets, total_s = COMMIT_TIMES.cumulative()
+        yield HistogramMetricFamily(
+            "streamgate_wal_commit_seconds",
+            "Tier-1 group commits (write + fsync of the batches an acknowledgement waits for)",
+            buckets=buckets,
+            sum_value=total_s,
+        )
 
 
 def _tier_metrics(tier: dict[str, Any]) -> Iterator[Metric]:

@@ -26,6 +26,7 @@ depends on wall-clock timings beyond generous polling deadlines.
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import time
 import uuid
@@ -434,6 +435,11 @@ def test_produce_beyond_local_retention_reads_back_from_tier2(tgw, tier2, topic)
     assert "streamgate_tier1_pending_bytes 0.0" in text
     uploaded = [line for line in text.splitlines() if line.startswith("streamgate_tier2_chunks_")]
     assert f"streamgate_tier2_chunks_uploaded_total {float(stats['chunks_uploaded'])}" in uploaded
+    # Every acknowledged batch waited for a group commit: the histogram counted them.
+    commits = re.search(r"^streamgate_wal_commit_seconds_count (\S+)$", text, re.M)
+    assert commits is not None and float(commits.group(1)) > 0, text[-3000:]
+    inf = re.search(r'^streamgate_wal_commit_seconds_bucket\{le="\+Inf"\} (\S+)$', text, re.M)
+    assert inf is not None and inf.group(1) == commits.group(1)
 
 
 # ------------------------------------------------------------- 2. local logs removed

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import crc32c
 import trio
 
+from core.segments.commit_times import COMMIT_TIMES
 from core.segments.flush_threads import FLUSH_THREADS
 
 log = logging.getLogger(__name__)
@@ -314,6 +315,7 @@ class SegmentLog:
     ) -> LogFile:
         """Runs in a worker thread: write at log position `start` (into a new file when
         `target` is None), then fsync. Returns the file written."""
+        started = time.perf_counter()
         created = target is None
         if target is None:
             path = self._path(start)
@@ -339,6 +341,7 @@ class SegmentLog:
                     os.fsync(dir_fd)
                 finally:
                     os.close(dir_fd)
+            COMMIT_TIMES.observe(time.perf_counter() - started)
         except BaseException:
             if created:
                 os.close(target.fd)
