@@ -18,6 +18,7 @@ import boto3
 import pytest
 import trio
 
+from core.segments import objectstore
 from core.segments.objectstore import (
     LocalFolderStore,
     ObjectNotFound,
@@ -234,6 +235,36 @@ def test_folder_store_layout_and_cleanup(tmp_path: Path) -> None:
         assert root.is_dir()
 
     run(main)
+
+
+def test_folder_store_writes_a_chunk_in_synced_steps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chunk goes to disk a step at a time, an fdatasync after each (so the tier-1 logs'
+    fsyncs never queue behind a whole chunk), and still arrives whole: pieces smaller and
+    larger than a step, and a last step that is only part of one."""
+    step = objectstore.SYNC_STEP_BYTES
+    pieces: list[bytes | memoryview] = [os.urandom(1000) for _ in range(3 * step // 1000)]
+    pieces += [os.urandom(2 * step + 17), b"", memoryview(os.urandom(step // 3))]
+    whole = b"".join(pieces)
+    synced: list[int] = []
+    real_fdatasync = os.fdatasync
+
+    def counting_fdatasync(fd: int) -> None:
+        synced.append(os.fstat(fd).st_size)
+        real_fdatasync(fd)
+
+    monkeypatch.setattr(objectstore.os, "fdatasync", counting_fdatasync)
+    st = LocalFolderStore(str(tmp_path / "t2"))
+
+    async def main() -> None:
+        await st.put("t/1/steps.chunk", pieces)
+        assert await st.get_range("t/1/steps.chunk", 0, len(whole)) == whole
+
+    run(main)
+    assert len(synced) >= 3 and synced == sorted(synced) and synced[-1] < len(whole)
+    gaps = [b - a for a, b in zip([0, *synced], synced, strict=False)]
+    assert all(gap < step + 1000 for gap in gaps[:2])  # small pieces: about a step each
 
 
 def test_folder_store_disk_errors_are_not_unavailable(tmp_path: Path) -> None:

@@ -139,6 +139,29 @@ def _makedirs_durable(path: str) -> None:
         _fsync_dir(os.path.dirname(d))
 
 
+# A chunk is written in steps of about this size, each followed by an fdatasync. One fsync
+# of a whole 8 MiB chunk queues all of it on the disk at once, and the tier-1 logs' fsyncs
+# (what acknowledgements wait for) on the same disk wait behind it. Measured on this
+# project's 2-core VM, a 128 KiB append + fsync in a loop while 8 MiB files are written
+# beside it: p99 3.6-4.4 -> 1.8-2.2 ms, p99.9 20-21 -> 7-9 ms, stalls over 20 ms 11-15 per
+# 6 s -> none (`compat/probe_fsync_beside_chunks.py`).
+SYNC_STEP_BYTES = 512 * 1024
+
+
+def _write_in_synced_steps(fd: int, pieces: list[memoryview]) -> None:
+    group: list[memoryview] = []
+    size = 0
+    for piece in pieces:
+        group.append(piece)
+        size += len(piece)
+        if size >= SYNC_STEP_BYTES:
+            write_all(lambda views: os.writev(fd, views), group)
+            os.fdatasync(fd)
+            group, size = [], 0
+    if group:
+        write_all(lambda views: os.writev(fd, views), group)
+
+
 class LocalFolderStore:
     """Objects as files under ``root``; the key's slashes become sub-directories."""
 
@@ -169,7 +192,7 @@ class LocalFolderStore:
             try:
                 # gathered writes: the kernel copies, the GIL is free meanwhile
                 pieces = views_of([data] if isinstance(data, bytes) else data)
-                write_all(lambda views: os.writev(fd, views), pieces)
+                _write_in_synced_steps(fd, pieces)
                 os.fsync(fd)
             finally:
                 os.close(fd)
