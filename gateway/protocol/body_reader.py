@@ -41,6 +41,8 @@ def uvarint(buf: bytes, pos: int) -> tuple[int, int]:
 
 def skip_tags(buf: bytes, pos: int) -> int:
     """Step over a tagged-fields section (flexible versions)."""
+    if pos < len(buf) and buf[pos] == 0:  # no tagged fields: nearly always
+        return pos + 1
     count, pos = uvarint(buf, pos)
     for _ in range(count):
         _tag, pos = uvarint(buf, pos)

@@ -119,10 +119,7 @@ def _partitions(
         partitions.append(make(*unpack(frame, pos)))
         pos += size
         if flexible:
-            if pos < len(frame) and frame[pos] == 0:  # no tagged fields: the usual case
-                pos += 1
-            else:
-                pos = skip_tags(frame, pos)
+            pos = skip_tags(frame, pos)
     return tuple(partitions), pos
 
 
