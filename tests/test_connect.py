@@ -97,6 +97,10 @@ def file_pipeline(worker: ConnectWorker, name: str, src: Path, out: Path) -> str
             "topic.creation.default.replication.factor": "1",
         },
     )
+    # The sink's consumer would auto-create the topic (3 partitions, the gateway's default)
+    # if it subscribed first: start it once the source has created its topic.
+    admin = AdminClient({"bootstrap.servers": worker.bootstrap})
+    wait_until(lambda: topic in admin.list_topics(timeout=10).topics, timeout=60)
     worker.create_connector(
         f"{name}-sink",
         {

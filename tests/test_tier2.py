@@ -175,6 +175,16 @@ def local_log_bytes(gw: Gateway) -> int:
     return sum(p.stat().st_size for p in (gw.data_dir / "streams").rglob("segment-*.log"))
 
 
+def wait_local_trimmed(gw: Gateway) -> None:
+    """Wait until no tier-1 file is left (with --local-retain-bytes 0). A file is removed in
+    a worker thread just after its chunk is confirmed, so /tier can say "nothing pending"
+    a moment before the file is gone."""
+    try:
+        wait_until(lambda: local_log_bytes(gw) == 0, timeout=UPLOAD_TIMEOUT, interval=0.1)
+    except TimeoutError:
+        raise AssertionError(f"{local_log_bytes(gw)} tier-1 bytes left") from None
+
+
 def create_topic(bootstrap: str, topic: str, partitions: int, **configs: str) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     futures = admin.create_topics(
@@ -589,7 +599,7 @@ def test_s3_outage_mid_produce(outage_gateway, outage_proxy, topic) -> None:
     # Before the outage: some records reach tier 2 and are trimmed from tier 1.
     first = produce(gw.bootstrap, topic, keyed(0, 400))
     wait_all_uploaded(gw)
-    assert local_log_bytes(gw) == 0
+    wait_local_trimmed(gw)
     assert min(off for p, off, _v in first.values() if p == 0) == 0
 
     background = BackgroundProducer(gw.bootstrap, topic, 400, 6000)  # ~6 MB, 3x the budget
@@ -800,7 +810,7 @@ def test_offsets_for_times_in_tier2(tgw, tier2, topic) -> None:
             assert (partition, offset) == (p, i)
             offset_of[(p, ts(p, i))] = offset
     wait_all_uploaded(tgw)
-    assert local_log_bytes(tgw) == 0, "everything must be only in tier 2"
+    wait_local_trimmed(tgw)  # everything must be only in tier 2
     before = tier_stats(tgw)["cache_misses"]
 
     consumer = Consumer({"bootstrap.servers": tgw.bootstrap, "group.id": "tier2-times"})
@@ -862,7 +872,7 @@ def test_restart_and_crash_during_s3_outage(outage_gateway, outage_proxy, topic)
     stats = wait_all_uploaded(gw)
     assert stats["upload_errors"] > 0, stats
     expected = {**first, **second, **third}
-    assert local_log_bytes(gw) == 0
+    wait_local_trimmed(gw)
     rows = confluent_read(gw.bootstrap, topic, {0: 0, 1: 0}, len(expected))
     check_exactly(rows, expected)
 
@@ -908,7 +918,7 @@ def test_timestamp_lookup_during_s3_outage_answers_storage_error(
     now = int(time.time() * 1000)
     produce(gw.bootstrap, topic, keyed(0, 200, partition=0, timestamp=now))
     wait_all_uploaded(gw)
-    assert local_log_bytes(gw) == 0
+    wait_local_trimmed(gw)
     outage_proxy.down()
     try:
         with RawClient(gw.bootstrap) as client:
@@ -955,7 +965,7 @@ def test_timestamp_lookup_after_mid_batch_delete_records(tgw, tier2, topic) -> N
     for b in range(5):  # five batches of ten records, timestamps now + 100 * batch
         produce(tgw.bootstrap, topic, keyed(b * 10, 10, partition=0, timestamp=now + b * 100))
     wait_all_uploaded(tgw)
-    assert local_log_bytes(tgw) == 0
+    wait_local_trimmed(tgw)
     admin = AdminClient({"bootstrap.servers": tgw.bootstrap})
     for future in admin.delete_records([TopicPartition(topic, 0, 15)]).values():
         future.result(timeout=15)
