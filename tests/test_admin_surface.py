@@ -669,6 +669,15 @@ def test_every_kafka_topic_config_confluent(shared_gateway, kafka):
         assert ours[key] == theirs[key], key
 
 
+def kp_topic_configs(client: KafkaAdminClient, name: str) -> dict[str, str]:
+    """A topic's described config values, through kafka-python."""
+    from kafka.admin import ConfigResource as KpResource
+    from kafka.admin import ConfigResourceType
+
+    described = client.describe_configs([KpResource(ConfigResourceType.TOPIC, name)])
+    return {k: v["value"] for k, v in described["topic"][name].items()}
+
+
 def test_every_kafka_topic_config_kafka_python_and_tools(shared_gateway, kafka):
     """Set one by one with kafka-python's IncrementalAlterConfigs and kafka-configs.sh."""
     from kafka.admin import ConfigResource as KpResource
@@ -687,11 +696,18 @@ def test_every_kafka_topic_config_kafka_python_and_tools(shared_gateway, kafka):
                     assert client.alter_configs([resource]) == {"topic": {name: "OK"}}, key
                 except ValueError:  # kafka-python: the broker does not describe it as dynamic
                     refused_client_side.add(key)
-            modified = client.describe_configs([KpResource(ConfigResourceType.TOPIC, name)])
+            expected = {
+                k: v for k, v in KAFKA_35_TOPIC_CONFIGS.items() if k not in refused_client_side
+            }
+            # Kafka's brokers apply an altered config once the controller's metadata record
+            # reaches them, so its describe may briefly lag the last alter.
+            values = kp_topic_configs(client, name)
+            deadline = time.monotonic() + TIMEOUT
+            while values != expected and time.monotonic() < deadline:
+                time.sleep(0.2)
+                values = kp_topic_configs(client, name)
         finally:
             client.close()
-        values = {k: v["value"] for k, v in modified["topic"][name].items()}
-        expected = {k: v for k, v in KAFKA_35_TOPIC_CONFIGS.items() if k not in refused_client_side}
         assert values == expected, (label, values)
         if label == "streamgate":
             assert not refused_client_side
@@ -710,18 +726,25 @@ def test_every_kafka_topic_config_kafka_python_and_tools(shared_gateway, kafka):
             "preallocate",
         )
         assert code == 0, out
-        code, out = tool(
-            "kafka-configs.sh",
-            "--bootstrap-server",
-            bootstrap,
-            "--describe",
-            "--entity-type",
-            "topics",
-            "--entity-name",
-            name,
-        )
-        assert code == 0, out
-        seen[label] = (dict(re.findall(r"(\S+)=(\S+) sensitive", out)), refused_client_side)
+        deadline = time.monotonic() + TIMEOUT
+        while True:
+            code, out = tool(
+                "kafka-configs.sh",
+                "--bootstrap-server",
+                bootstrap,
+                "--describe",
+                "--entity-type",
+                "topics",
+                "--entity-name",
+                name,
+            )
+            assert code == 0, out
+            described = dict(re.findall(r"(\S+)=(\S+) sensitive", out))
+            settled = described.get("flush.ms") == "5000" and "preallocate" not in described
+            if settled or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        seen[label] = (described, refused_client_side)
     ours, _ = seen["streamgate"]
     assert ours["flush.ms"] == "5000" and ours["compression.type"] == "zstd"
     assert "preallocate" not in ours
