@@ -168,11 +168,13 @@ def plan(
     lso = partition.last_stable_offset
     if offset < start or offset > hw:
         return ReadResult(ErrorCode.OFFSET_OUT_OF_RANGE, hw, start, last_stable_offset=lso)
+    limit = lso if read_committed else hw
+    if offset >= limit:  # caught up (most partitions of a consumer at the tail): nothing new
+        return ReadResult(ErrorCode.NONE, hw, start, [], last_stable_offset=lso)
     if offset < partition.local_start_offset or (
         offset < partition.compacted_end and partition.slice_for(offset) is not None
     ):
         return None
-    limit = lso if read_committed else hw
     locations = partition.locate(offset, max_bytes, first_may_exceed, limit)
     for loc in locations:  # trimmed meanwhile: the tier-2 path has it
         if loc.position < stream.segments[loc.segment_id].local_start:
