@@ -159,6 +159,23 @@ def tool(name: str, *args: str, input: str | None = None) -> tuple[int, str]:
     return out.returncode, out.stdout + out.stderr
 
 
+def configs_described(bootstrap: str, entity_type: str, name: str, *extra: str) -> str:
+    """kafka-configs.sh --describe of one entity: its output."""
+    code, out = tool(
+        "kafka-configs.sh",
+        "--bootstrap-server",
+        bootstrap,
+        "--describe",
+        "--entity-type",
+        entity_type,
+        "--entity-name",
+        name,
+        *extra,
+    )
+    assert code == 0, out
+    return out
+
+
 # --------------------------------------------------------------------------- versions
 
 
@@ -601,18 +618,7 @@ def test_describe_cluster_and_broker_configs(shared_gateway, kafka):
         resource = ConfigResource(ResourceType.BROKER, str(NODE))
         (future,) = admin.describe_configs([resource]).values()
         configs = future.result(TIMEOUT)
-        code, out = tool(
-            "kafka-configs.sh",
-            "--bootstrap-server",
-            bootstrap,
-            "--describe",
-            "--entity-type",
-            "brokers",
-            "--entity-name",
-            str(NODE),
-            "--all",
-        )
-        assert code == 0, out
+        out = configs_described(bootstrap, "brokers", str(NODE), "--all")
         seen[label] = (configs, out)
     ours, out = seen["streamgate"]
     for name in (
@@ -728,17 +734,7 @@ def test_every_kafka_topic_config_kafka_python_and_tools(shared_gateway, kafka):
         assert code == 0, out
         deadline = time.monotonic() + TIMEOUT
         while True:
-            code, out = tool(
-                "kafka-configs.sh",
-                "--bootstrap-server",
-                bootstrap,
-                "--describe",
-                "--entity-type",
-                "topics",
-                "--entity-name",
-                name,
-            )
-            assert code == 0, out
+            out = configs_described(bootstrap, "topics", name)
             described = dict(re.findall(r"(\S+)=(\S+) sensitive", out))
             settled = described.get("flush.ms") == "5000" and "preallocate" not in described
             if settled or time.monotonic() > deadline:
