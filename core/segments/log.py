@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import crc32c
 import trio
 
+from core.gathered_io import IOV_MAX, advance, views_of, write_all
 from core.segments.commit_times import COMMIT_TIMES
 from core.segments.flush_threads import FLUSH_THREADS
 
@@ -45,8 +46,6 @@ log = logging.getLogger(__name__)
 ENTRY_HEADER = struct.Struct(">IIi")
 # Guard against a corrupt length field sending replay off to allocate gigabytes.
 MAX_ENTRY_BYTES = 1 << 30
-# writev takes at most IOV_MAX buffers per call.
-_IOV_MAX = 512
 # pwritev with RWF_DSYNC (Linux 4.7+) writes and syncs in one call, with fdatasync's
 # guarantee for the bytes written, the file's new size included. The flush thread then takes
 # the GIL back once per group instead of twice, and it waits for it while the loop is busy.
@@ -64,27 +63,13 @@ _PIPELINE_S = 0.05
 RECENT_BUDGET_BYTES = 64 << 20
 
 
-def _write_all(fd: int, buffers: Sequence[bytes | bytearray | memoryview], position: int) -> None:
-    """pwritev every buffer at `position`, IOV_MAX at a time, finishing short writes."""
-    for i in range(0, len(buffers), _IOV_MAX):
-        chunk = buffers[i : i + _IOV_MAX]
-        expected = sum(len(b) for b in chunk)
-        written = os.pwritev(fd, chunk, position)
-        while written < expected:  # short write: finish the remainder
-            rest = b"".join(bytes(b) for b in chunk)[written:]
-            n = os.pwrite(fd, rest, position + written)
-            if n == 0:
-                raise OSError(errno.EIO, "short write")
-            written += n
-        position += expected
-
-
 def _write_durably(
     fd: int, buffers: Sequence[bytes | bytearray | memoryview], position: int
 ) -> None:
     """Write `buffers` at `position` and make them durable before returning."""
     global _dsync_writes
-    if _dsync_writes and len(buffers) <= _IOV_MAX:
+    written = 0
+    if _dsync_writes and len(buffers) <= IOV_MAX:
         try:
             written = os.pwritev(fd, buffers, position, os.RWF_DSYNC)
         except OSError as exc:
@@ -93,14 +78,21 @@ def _write_durably(
             _dsync_writes = False  # not on this kernel or file system: write, then fsync
             log.info("RWF_DSYNC writes unsupported (%s): tier 1 writes, then fsyncs", exc)
         else:
-            expected = sum(len(b) for b in buffers)
-            if written == expected:
+            if written == sum(len(b) for b in buffers):
                 return
-            rest = b"".join(bytes(b) for b in buffers)[written:]
-            _write_all(fd, [rest], position + written)
-            os.fsync(fd)
-            return
-    _write_all(fd, buffers, position)
+    # What is left (everything without RWF_DSYNC, the rest of a short write), then an fsync.
+    views = views_of(buffers)
+    at = position + written
+
+    def pwrite(pieces: list[memoryview]) -> int:
+        nonlocal at
+        n = os.pwritev(fd, pieces, at)
+        if n == 0:
+            raise OSError(errno.EIO, "short write")
+        at += n
+        return n
+
+    write_all(pwrite, views[advance(views, 0, written) :])
     os.fsync(fd)
 
 
