@@ -29,10 +29,12 @@ FAST_TIER_ARGS = (
 
 def create_topic(bootstrap: str, topic: str, partitions: int, configs: dict[str, str]) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
+    # Generous: a Kafka broker just started on a busy machine may take a while to unfence.
     futures = admin.create_topics(
-        [NewTopic(topic, num_partitions=partitions, replication_factor=1, config=configs)]
+        [NewTopic(topic, num_partitions=partitions, replication_factor=1, config=configs)],
+        request_timeout=90,
     )
-    futures[topic].result(timeout=30)
+    futures[topic].result(timeout=100)
 
 
 def produce(

@@ -85,11 +85,15 @@ class Tier2:
     def chunk_keys(self, data_dir: Path) -> list[str]:
         if self.kind == "folder":
             root = data_dir / "tier2"
-            return sorted(
-                str(p.relative_to(root))
-                for p in root.rglob("*.chunk")
-                if not p.name.startswith(".")
-            )
+            while True:
+                try:
+                    return sorted(
+                        str(p.relative_to(root))
+                        for p in root.rglob("*.chunk")
+                        if not p.name.startswith(".")
+                    )
+                except FileNotFoundError:  # a deleted topic's folder went while listed
+                    time.sleep(0.05)
         import boto3
 
         client = boto3.client("s3", endpoint_url=self.endpoint)
