@@ -1,8 +1,14 @@
 """The trio TCP server: one task per connection, pipelined requests answered in order.
 
-Per connection, a reader task splits frames and starts a handler task per request; a writer
+Per connection, a reader task splits frames and starts each request's handler; a writer
 task sends the responses strictly in request order. The number of requests in flight per
 connection is bounded, so a client that never reads its responses stops being read from.
+
+Requests of one connection take effect in the order they were sent, as on Kafka: a request
+starts only once every earlier one has settled (its effects visible to later requests), with
+one exception. A Produce that follows only Produces starts at once: its appends are queued in
+request order synchronously, so it shares the earlier ones' group commit, and it settles
+after them (one log's commits finish in order; the writer settles responses in order).
 """
 
 from __future__ import annotations
@@ -126,6 +132,7 @@ _UNAUTHENTICATED_MAX_FRAME = 512 * 1024
 _BEFORE_AUTH = (ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE)
 _COALESCE_MAX = 64  # responses joined into one send at most
 _COALESCE_BYTES = 256 * 1024
+_PRODUCE_KEY = ApiKey.PRODUCE.to_bytes(2, "big")
 
 
 # The most frequent requests, decoded by hand (kio's reflective reader is the slow part).
@@ -168,6 +175,44 @@ class _ResponseSlot:
 
 class _CloseConnection(Exception):
     pass
+
+
+class _Sequencer:
+    """A connection's requests that have started and not yet settled.
+
+    Settled means the response is final: the handler returned, or the Produce's appends are
+    durable (high watermarks advanced). The writer settles slots in request order, so once
+    the count is back to zero every earlier request's effects are visible."""
+
+    __slots__ = ("unsettled", "produces_only", "_drained")
+
+    def __init__(self) -> None:
+        self.unsettled = 0
+        self.produces_only = True  # every unsettled request is a Produce
+        self._drained: trio.Event | None = None
+
+    def may_start(self, produce: bool) -> bool:
+        """Whether a request may start now, without waiting for earlier ones."""
+        return self.unsettled == 0 or (produce and self.produces_only)
+
+    def started(self, produce: bool) -> None:
+        if self.unsettled == 0:
+            self.produces_only = True
+        self.unsettled += 1
+        self.produces_only = self.produces_only and produce
+
+    def settled(self) -> None:
+        self.unsettled -= 1
+        if self.unsettled == 0 and self._drained is not None:
+            self._drained.set()
+            self._drained = None
+
+    async def drained(self) -> None:
+        """Wait until every started request has settled."""
+        while self.unsettled:
+            if self._drained is None:
+                self._drained = trio.Event()
+            await self._drained.wait()
 
 
 class _IdleTimer:
@@ -297,8 +342,9 @@ class Gateway:
             self.settings.max_in_flight_per_connection
         )
         idle = _IdleTimer(self.settings.connections_max_idle_ms)
+        order = _Sequencer()
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._write_responses, stream, receive_slots, idle)
+            nursery.start_soon(self._write_responses, stream, receive_slots, idle, order)
             nursery.start_soon(idle.watch)
             async with send_slots:
                 with idle.scope:
@@ -314,6 +360,12 @@ class Gateway:
                         while (frame := decoder.next_frame()) is not None:
                             if mute is not None:
                                 await mute.wait()  # pipelined requests wait out a throttle
+                            produce = frame[:2] == _PRODUCE_KEY
+                            if not order.may_start(produce):
+                                # Not read from meanwhile, as Kafka mutes a connection
+                                # while it serves a request.
+                                await order.drained()
+                            order.started(produce)
                             slot = _ResponseSlot()
                             idle.request_started()
                             try:  # no pass through the scheduler unless the window is full
@@ -354,11 +406,13 @@ class Gateway:
         stream: trio.abc.Stream,
         slots: trio.MemoryReceiveChannel[_ResponseSlot],
         idle: _IdleTimer,
+        order: _Sequencer,
     ) -> None:
         async with slots:
             async for slot in slots:
                 if not self._settle_now(slot):
                     await self._settle(slot)
+                order.settled()
                 # Responses already finished behind this one (a group commit ends several
                 # at once) go out in the same send: one syscall instead of one each.
                 out = [slot]
@@ -371,6 +425,7 @@ class Gateway:
                         await self._send_slots(stream, out, idle)
                         await self._settle(following)
                         out = []
+                    order.settled()
                     out.append(following)
                 await self._send_slots(stream, out, idle)
 

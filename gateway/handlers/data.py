@@ -88,8 +88,10 @@ def produce(
                         started[key] = AppendResult(rewritten.error, message=rewritten.message)
                         continue
                     records = rewritten.records
+                # acks=0 is never answered, yet the request settles only once durable:
+                # a later request on the connection must see these records (as on Kafka).
                 started[key] = stream.start_append(
-                    part.index, records, acks, transactional=txn_id is not None
+                    part.index, records, acks or -1, transactional=txn_id is not None
                 )
     return ProduceOutcome(body, acks, started, extras)
 
