@@ -18,6 +18,7 @@ from admin.http import AdminServer
 from cli.acl_flags import AclSettings
 from core.acl.authorizer import Authorizer
 from core.acl.quotas import ClientQuotas
+from core.broker_config import DynamicBrokerConfigs
 from core.compaction import CompactionSettings
 from core.credentials import Credentials, CredentialStore, SQLiteCredentialStore
 from core.groups import GroupCoordinator, GroupSettings
@@ -254,6 +255,7 @@ async def _serve_tcp(
     )
     ctx.quotas = ClientQuotas(settings.acl.quotas, store.metadata, store.worker.call)
     ctx.quotas.load()
+    ctx.dynamic_configs = _dynamic_configs(settings, store, groups, ctx)
     if settings.acl.enabled:
         ctx.authorizer = Authorizer(settings.acl.authorizer, store.metadata, store.worker.call)
         ctx.authorizer.load()
@@ -282,6 +284,58 @@ async def _serve_tcp(
             serving.start_soon(
                 functools.partial(trio.serve_listeners, handler, sockets, handler_nursery=nursery)
             )
+
+
+def _dynamic_configs(
+    settings: Settings, store: StreamStore, groups: GroupCoordinator, ctx: GatewayContext
+) -> DynamicBrokerConfigs:
+    """The dynamic broker configs stored for this node and the cluster (applied now), and
+    the serve options they override at once (README "Dynamic broker configs")."""
+    dynamic = DynamicBrokerConfigs(ctx.node_id, store.metadata, store.worker.call)
+
+    def max_message_bytes(value: str) -> None:
+        ctx.max_message_bytes = int(value)
+
+    def rebalance_delay(value: str) -> None:
+        _set_initial_rebalance_delay(groups, int(value) / 1000)
+
+    def retention_interval(value: str) -> None:  # read before each retention pass
+        settings.tier.retention_check_interval_s = int(value) / 1000
+
+    def compaction_interval(value: str) -> None:  # read before each compaction pass
+        settings.compaction.interval_s = int(value) / 1000
+
+    dynamic.register("message.max.bytes", str(settings.max_message_bytes), max_message_bytes)
+    dynamic.register(
+        "group.initial.rebalance.delay.ms",
+        str(settings.group_initial_rebalance_delay_ms),
+        rebalance_delay,
+    )
+    dynamic.register(
+        "log.retention.check.interval.ms",
+        str(round(settings.tier.retention_check_interval_s * 1000)),
+        retention_interval,
+    )
+    dynamic.register(
+        "log.cleaner.backoff.ms",
+        str(round(settings.compaction.interval_s * 1000)),
+        compaction_interval,
+    )
+    dynamic.load()
+    dynamic.apply_all()
+    stored = {resource or "cluster default": len(c) for resource, c in dynamic.configs.items()}
+    if any(stored.values()):
+        log.info("dynamic broker configs loaded: %s", stored)
+    return dynamic
+
+
+def _set_initial_rebalance_delay(groups: GroupCoordinator, seconds: float) -> None:
+    """group.initial.rebalance.delay.ms for the groups' next rebalances. The coordinator
+    copies the setting into its rebalancer at construction, so both are updated."""
+    groups.settings.initial_rebalance_delay = seconds
+    rebalancer = getattr(groups, "_rebalance", None)
+    if rebalancer is not None:
+        rebalancer.initial_delay = seconds
 
 
 def _warn_unauthenticated(setups: list[ListenerSetup], client_auth: str) -> None:

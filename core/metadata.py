@@ -174,6 +174,8 @@ class MetadataStore(Protocol):
     def add_acls(self, acls: list[AclBinding]) -> None: ...
     def delete_acls(self, acls: list[AclBinding]) -> None: ...
     def load_client_quotas(self) -> dict[Entity, dict[str, float]]: ...
+    def load_broker_configs(self) -> dict[str, dict[str, str]]: ...
+    def save_broker_configs(self, resource: str, configs: dict[str, str]) -> None: ...
     def alter_client_quotas(
         self, changes: list[tuple[Entity, dict[str, float | None]]]
     ) -> None: ...
@@ -292,6 +294,12 @@ CREATE TABLE IF NOT EXISTS client_quotas (
     quota_key TEXT NOT NULL,
     value REAL NOT NULL,
     PRIMARY KEY (entity, quota_key)
+);
+CREATE TABLE IF NOT EXISTS broker_configs (
+    resource TEXT NOT NULL,
+    name TEXT NOT NULL,
+    value TEXT NOT NULL,
+    PRIMARY KEY (resource, name)
 );
 CREATE TABLE IF NOT EXISTS compaction_state (
     topic TEXT NOT NULL REFERENCES topics(name) ON DELETE CASCADE,
@@ -768,6 +776,25 @@ class SQLiteMetadataStore:
                             "quota_key) DO UPDATE SET value = excluded.value",
                             (key, name, value),
                         )
+
+    def load_broker_configs(self) -> dict[str, dict[str, str]]:
+        """Dynamic broker configs: resource (a node id, or "" for the cluster default) ->
+        name -> value."""
+        configs: dict[str, dict[str, str]] = {}
+        for resource, name, value in self._db.execute(
+            "SELECT resource, name, value FROM broker_configs"
+        ):
+            configs.setdefault(resource, {})[name] = value
+        return configs
+
+    def save_broker_configs(self, resource: str, configs: dict[str, str]) -> None:
+        """Replace one resource's dynamic broker configs with `configs`."""
+        with self._transaction() as db:
+            db.execute("DELETE FROM broker_configs WHERE resource = ?", (resource,))
+            db.executemany(
+                "INSERT INTO broker_configs VALUES (?, ?, ?)",
+                [(resource, name, value) for name, value in configs.items()],
+            )
 
     def _transaction(self) -> _Transaction:
         return _Transaction(self._db, self._lock)

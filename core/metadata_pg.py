@@ -188,6 +188,15 @@ _MIGRATIONS: list[str] = [
         PRIMARY KEY (topic, partition, producer_id)
     );
     """,
+    # 5: dynamic broker configs (resource: a node id, or '' for the cluster default)
+    """
+    CREATE TABLE broker_configs (
+        resource TEXT NOT NULL,
+        name TEXT NOT NULL,
+        value TEXT NOT NULL,
+        PRIMARY KEY (resource, name)
+    );
+    """,
 ]
 
 SCHEMA_VERSION = len(_MIGRATIONS)
@@ -723,6 +732,22 @@ class PostgresMetadataStore:
                             "(entity, quota_key) DO UPDATE SET value = excluded.value",
                             (key, name, value),
                         )
+
+    def load_broker_configs(self) -> dict[str, dict[str, str]]:
+        with self._lock:
+            rows = self._db.execute("SELECT resource, name, value FROM broker_configs").fetchall()
+        configs: dict[str, dict[str, str]] = {}
+        for resource, name, value in rows:
+            configs.setdefault(resource, {})[name] = value
+        return configs
+
+    def save_broker_configs(self, resource: str, configs: dict[str, str]) -> None:
+        with self._transaction() as db:
+            db.execute("DELETE FROM broker_configs WHERE resource = %s", (resource,))
+            db.cursor().executemany(
+                "INSERT INTO broker_configs VALUES (%s, %s, %s)",
+                [(resource, name, value) for name, value in configs.items()],
+            )
 
     # --- nodes, leases and segment owners ---------------------------------------------------
 

@@ -22,7 +22,7 @@ Contracts:
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 
@@ -140,13 +140,12 @@ def _one_of(supported: tuple[str, ...], unsupported: Mapping[str, str] | None = 
 
 
 def _list_of(supported: tuple[str, ...], unsupported: Mapping[str, str]) -> Check:
-    """A non-empty comma-separated list of distinct items from `supported`."""
+    """A comma-separated list of distinct items from `supported`; empty is allowed, as
+    Kafka's ValidList allows it."""
     item_check = _one_of(supported, unsupported)
 
     def check(name: str, raw: str) -> str:
         items = split_list(raw)
-        if not items:
-            raise ConfigError(f"{name} must not be empty")
         return ",".join(dict.fromkeys(item_check(name, item) for item in items))
 
     return check
@@ -179,13 +178,28 @@ def _ratio(name: str, raw: str) -> str:
     return raw.strip()
 
 
-_MESSAGE_FORMAT = re.compile(r"^\d+\.\d+(\.\d+)?(-IV\d+)?$")
+# Kafka 3.5.1's MetadataVersion values (IBP_0_8_0 ... IBP_3_5_IV2): release and sub-version.
+_IBP_VERSIONS = str.split(
+    "0.8.0 0.8.1 0.8.2 0.9.0 0.10.0-IV0 0.10.0-IV1 0.10.1-IV0 0.10.1-IV1 0.10.1-IV2 "
+    "0.10.2-IV0 0.11.0-IV0 0.11.0-IV1 0.11.0-IV2 1.0-IV0 1.1-IV0 2.0-IV0 2.0-IV1 2.1-IV0 "
+    "2.1-IV1 2.1-IV2 2.2-IV0 2.2-IV1 2.3-IV0 2.3-IV1 2.4-IV0 2.4-IV1 2.5-IV0 2.6-IV0 2.7-IV0 "
+    "2.7-IV1 2.7-IV2 2.8-IV0 2.8-IV1 3.0-IV0 3.0-IV1 3.1-IV0 3.2-IV0 3.3-IV0 3.3-IV1 3.3-IV2 "
+    "3.3-IV3 3.4-IV0 3.5-IV0 3.5-IV1 3.5-IV2"
+)
+# Kafka's lookup keys: every full version and every release ("0.10.0", "3.5") on its own.
+_KNOWN_VERSIONS = frozenset(_IBP_VERSIONS) | {v.split("-")[0] for v in _IBP_VERSIONS}
 
 
 def _message_format_version(name: str, raw: str) -> str:
+    """Kafka's MetadataVersion.fromVersionString: the first 3 dot-separated parts of a 0.x
+    version (2 otherwise) must name a version Kafka 3.5.1 knows; "0.10.0.0" is 0.10.0."""
     value = raw.strip()
-    if not _MESSAGE_FORMAT.match(value):
-        raise ConfigError(f"{name} must be a Kafka version such as 3.0-IV1, got {raw!r}")
+    parts = value.split(".")
+    key = ".".join(parts[: 3 if value.startswith("0.") else 2])
+    if key not in _KNOWN_VERSIONS:
+        raise ConfigError(
+            f"Invalid value {raw} for configuration {name}: Version {value} is not a valid version"
+        )
     return value
 
 
@@ -239,7 +253,8 @@ _DEFS = (
         "delete",
         "What happens to old data: delete (by retention.ms / retention.bytes), compact (log "
         "compaction keeps the latest value of every key; records without a key are refused "
-        "with INVALID_RECORD, as Kafka refuses them), or both.",
+        "with INVALID_RECORD, as Kafka refuses them), both, or neither (empty: kept forever, "
+        "as Kafka keeps it).",
         _list_of(("delete", "compact"), {}),
         "log.cleanup.policy",
     ),
@@ -633,12 +648,14 @@ def describe_topic_configs(
     configs: Mapping[str, str],
     static_broker_configs: Mapping[str, str],
     names: Iterable[str] | None = None,
+    dynamic_broker_configs: Mapping[str, Sequence[Synonym]] | None = None,
 ) -> list[ConfigEntry]:
     """Every known topic config (or those in `names`, unknown ones skipped), with its source.
 
-    A config set on the topic is TOPIC_CONFIG; otherwise its broker synonym's value if that
-    is in `static_broker_configs` (STATIC_BROKER_CONFIG), else its fixed default
-    (DEFAULT_CONFIG). Synonyms list the topic value, then the broker-level value.
+    A config set on the topic is TOPIC_CONFIG; otherwise its broker synonym's dynamic value
+    (`dynamic_broker_configs`: per broker, then cluster default) if it has one, else its
+    value in `static_broker_configs` (STATIC_BROKER_CONFIG), else its fixed default
+    (DEFAULT_CONFIG). Synonyms list the topic value, then the broker-level values.
     """
     wanted = TOPIC_CONFIGS.keys() if names is None else [n for n in names if n in TOPIC_CONFIGS]
     entries = []
@@ -648,6 +665,8 @@ def describe_topic_configs(
         if name in configs:
             synonyms.append(Synonym(name, configs[name], ConfigSource.TOPIC_CONFIG))
         broker = definition.broker_synonym
+        if broker is not None and dynamic_broker_configs:
+            synonyms.extend(dynamic_broker_configs.get(broker, ()))
         if broker is not None and broker in static_broker_configs:
             synonyms.append(
                 Synonym(broker, static_broker_configs[broker], ConfigSource.STATIC_BROKER_CONFIG)

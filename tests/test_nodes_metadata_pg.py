@@ -4,6 +4,7 @@ migrations, node leases (compare-and-set on the incarnation) and segment owner e
 from __future__ import annotations
 
 import pathlib
+import sqlite3
 import time
 import uuid
 from collections.abc import Iterator
@@ -228,6 +229,36 @@ def test_acls_and_client_quotas_round_trip(any_store: MetadataStore) -> None:
     }
 
 
+def test_broker_configs_round_trip(any_store: MetadataStore, tmp_path: pathlib.Path) -> None:
+    """Dynamic broker configs (per node id, and "" for the cluster default): each save
+    replaces one resource's whole set; a reopened store loads the same."""
+    db = any_store
+    assert db.load_broker_configs() == {}
+    db.save_broker_configs("1", {"message.max.bytes": "2000000", "foo.bar": "x"})
+    db.save_broker_configs("", {"log.cleaner.threads": "2"})
+    db.save_broker_configs("2", {"message.max.bytes": "1"})
+    db.save_broker_configs("1", {"sasl.kerberos.min.time.before.relogin": "61000"})  # replaces
+    db.save_broker_configs("2", {})  # empties
+    expected = {
+        "1": {"sasl.kerberos.min.time.before.relogin": "61000"},
+        "": {"log.cleaner.threads": "2"},
+    }
+    assert db.load_broker_configs() == expected
+    if isinstance(db, SQLiteMetadataStore):  # a data dir from before the table: created on open
+        path = str(tmp_path / "metadata.db")
+        with sqlite3.connect(path) as conn:
+            conn.execute("DROP TABLE broker_configs")
+        reopened = SQLiteMetadataStore(path)
+        assert reopened.load_broker_configs() == {}
+        reopened.save_broker_configs("", {"message.max.bytes": "3"})
+        reopened.close()
+        assert SQLiteMetadataStore(path).load_broker_configs() == {"": {"message.max.bytes": "3"}}
+    else:
+        again = PostgresMetadataStore(db.url)  # type: ignore[attr-defined]
+        assert again.load_broker_configs() == expected
+        again.close()
+
+
 def test_compaction_swap_round_trip(any_store: MetadataStore) -> None:
     db = any_store
     db.create_topic(_topic())
@@ -260,7 +291,7 @@ def test_a_version_2_database_is_migrated(pg_url: str) -> None:  # noqa: F811
     with psycopg.connect(pg_url, autocommit=True) as conn:  # back to the nodes branch schema
         conn.execute(
             "DROP TABLE transactions, aborted_txns, acls, client_quotas, compaction_state, "
-            "scram_credentials, open_txns"
+            "scram_credentials, open_txns, broker_configs"
         )
         conn.execute("DELETE FROM schema_version WHERE version > 2")
     db = PostgresMetadataStore(pg_url)
@@ -268,7 +299,7 @@ def test_a_version_2_database_is_migrated(pg_url: str) -> None:  # noqa: F811
     assert [t.transactional_id for t in db.load_transactions()] == ["tx"]
     with psycopg.connect(pg_url) as conn:
         rows = conn.execute("SELECT version FROM schema_version ORDER BY version").fetchall()
-    assert [r[0] for r in rows] == [1, 2, 3, 4] == list(range(1, SCHEMA_VERSION + 1))
+    assert [r[0] for r in rows] == [1, 2, 3, 4, 5] == list(range(1, SCHEMA_VERSION + 1))
     db.close()
 
 

@@ -1,13 +1,20 @@
 """The gateway's own settings, described as the configs of broker resource `node_id`.
 
-Contract: `broker_configs` lists read-only entries only. Settings taken from the command
-line or environment (`streamgate serve` options) are STATIC_BROKER_CONFIG; fixed properties
-of streamgate are DEFAULT_CONFIG. The broker-level defaults of topic configs
-(`log.retention.ms`, ...) are derived from core.topic_config, so the two never disagree.
+Contract: settings taken from the command line or environment (`streamgate serve` options)
+are STATIC_BROKER_CONFIG; fixed properties of streamgate are DEFAULT_CONFIG. The
+broker-level defaults of topic configs (`log.retention.ms`, ...) are derived from
+core.topic_config, so the two never disagree. Dynamic broker configs (core/broker_config.py)
+come first: the node's own (DYNAMIC_BROKER_CONFIG), then the cluster default
+(DYNAMIC_DEFAULT_BROKER_CONFIG), then the entry's static or default value, Kafka's synonym
+order. An entry is read-only unless Kafka (or streamgate, STREAMGATE_DYNAMIC) lets it change
+dynamically.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+from core.broker_config import DEFAULT_RESOURCE, DYNAMIC_CONFIGS, is_dynamic
 from core.topic_config import (
     TOPIC_CONFIGS,
     ConfigEntry,
@@ -80,7 +87,7 @@ def broker_configs(ctx: GatewayContext) -> list[ConfigEntry]:
         ),
         _entry(
             "message.max.bytes",
-            str(ctx.max_message_bytes),
+            _static(ctx, "message.max.bytes", str(ctx.max_message_bytes)),
             _STATIC,
             ConfigType.INT,
             "Largest record batch accepted unless a topic sets max.message.bytes "
@@ -105,6 +112,14 @@ def broker_configs(ctx: GatewayContext) -> list[ConfigEntry]:
         ),
     ]
     seen = {entry.name for entry in entries}
+    dynamic = ctx.dynamic_configs
+    for applied in sorted(dynamic.applied_names() if dynamic else ()):
+        static = dynamic.static_value(applied) if dynamic else None
+        if applied in seen or static is None:
+            continue
+        seen.add(applied)
+        kind = DYNAMIC_CONFIGS[applied].type if applied in DYNAMIC_CONFIGS else ConfigType.STRING
+        entries.append(_entry(applied, static, _STATIC, kind, _APPLIED_DOCS.get(applied, "")))
     for definition in TOPIC_CONFIGS.values():
         name = definition.broker_synonym
         if name is None or name in seen or definition.default is None:
@@ -118,3 +133,101 @@ def broker_configs(ctx: GatewayContext) -> list[ConfigEntry]:
 def static_broker_values(ctx: GatewayContext) -> dict[str, str]:
     """Broker configs set by the gateway's options: the defaults of some topic configs."""
     return {e.name: e.value or "" for e in broker_configs(ctx) if e.source == _STATIC}
+
+
+def dynamic_topic_defaults(ctx: GatewayContext) -> dict[str, tuple[Synonym, ...]]:
+    """The dynamic values of the broker configs that streamgate applies (for the synonyms
+    of topic configs whose default they are, e.g. message.max.bytes)."""
+    dynamic = ctx.dynamic_configs
+    if dynamic is None:
+        return {}
+    return {name: tuple(dynamic.layers(name)) for name in dynamic.applied_names()}
+
+
+_APPLIED_DOCS = {
+    "group.initial.rebalance.delay.ms": "How long a new group waits for more members before "
+    "its first rebalance (--group-initial-rebalance-delay-ms; dynamic in streamgate).",
+    "log.retention.check.interval.ms": "How often retention.ms / retention.bytes are applied "
+    "(--retention-check-interval-ms; dynamic in streamgate).",
+    "log.cleaner.backoff.ms": "How often compacted topics are checked and cleaned "
+    "(--compaction-interval-ms).",
+}
+_STORED_ONLY = "Dynamic broker config: stored and described only, streamgate does not use it."
+
+
+def _static(ctx: GatewayContext, name: str, value: str) -> str:
+    """The serve option's value of a config that a dynamic value may override."""
+    dynamic = ctx.dynamic_configs
+    static = dynamic.static_value(name) if dynamic else None
+    return value if static is None else static
+
+
+def described_broker_configs(
+    ctx: GatewayContext, resource: str, keys: Iterable[str] | None
+) -> list[ConfigEntry]:
+    """DescribeConfigs of broker resource `resource` (this node's id, or "" for the
+    cluster default, which lists only the dynamic defaults, as Kafka does)."""
+    dynamic = ctx.dynamic_configs
+    wanted = None if keys is None else set(keys)
+    entries: list[ConfigEntry] = []
+    if resource != DEFAULT_RESOURCE:
+        for entry in broker_configs(ctx):
+            if wanted is None or entry.name in wanted:
+                entries.append(_layered(entry, dynamic.layers(entry.name) if dynamic else []))
+    if dynamic is None:
+        return entries
+    listed = {entry.name for entry in entries}
+    names = dict.fromkeys(dynamic.configs[DEFAULT_RESOURCE])
+    if resource != DEFAULT_RESOURCE:
+        names = dict.fromkeys([*dynamic.configs[dynamic.broker], *names])
+    for name in names:
+        if name in listed or (wanted is not None and name not in wanted):
+            continue
+        layers = dynamic.layers(name, resource)
+        entries.append(_dynamic_only(name, layers, with_default=resource != DEFAULT_RESOURCE))
+    return entries
+
+
+def _layered(entry: ConfigEntry, layers: list[Synonym]) -> ConfigEntry:
+    synonyms = (*layers, *entry.synonyms)
+    top = synonyms[0] if synonyms else Synonym(entry.name, entry.value, entry.source)
+    return ConfigEntry(
+        entry.name,
+        top.value,
+        top.source,
+        entry.type,
+        entry.doc,
+        read_only=not is_dynamic(entry.name),
+        is_sensitive=entry.is_sensitive,
+        synonyms=synonyms,
+    )
+
+
+def _dynamic_only(name: str, layers: list[Synonym], with_default: bool) -> ConfigEntry:
+    """A dynamic config the gateway has no setting for: Kafka's description of it (a name
+    Kafka does not know: null value, read-only, sensitive, type UNKNOWN)."""
+    definition = DYNAMIC_CONFIGS.get(name)
+    if definition is None or definition.type == ConfigType.PASSWORD:
+        hidden = tuple(Synonym(s.name, None, s.source) for s in layers)
+        return ConfigEntry(
+            name,
+            None,
+            layers[0].source,
+            definition.type if definition else ConfigType.UNKNOWN,
+            _STORED_ONLY if definition else "",
+            read_only=definition is None,
+            is_sensitive=True,
+            synonyms=hidden,
+        )
+    synonyms = list(layers)
+    if with_default and definition.default is not None:
+        synonyms.append(Synonym(name, definition.default, _DEFAULT))
+    return ConfigEntry(
+        name,
+        layers[0].value,
+        layers[0].source,
+        definition.type,
+        _STORED_ONLY,
+        read_only=False,
+        synonyms=tuple(synonyms),
+    )

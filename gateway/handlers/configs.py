@@ -1,9 +1,11 @@
 """DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topic and broker resources.
 
 Topics (resource type 2) have the configs of core.topic_config; the broker (type 4, named
-by its node id) has the gateway's settings, all read-only. Every resource gets its own error
-code; one bad resource never fails the others. Alterations are validated completely before
-anything is written, and `validate_only` writes nothing.
+by its node id, or "" for the cluster-wide default) has the gateway's settings and the
+dynamic broker configs of core/broker_config.py, which AlterConfigs (the resource's whole
+set) and IncrementalAlterConfigs change. Every resource gets its own error code; one bad
+resource never fails the others. Alterations are validated completely before anything is
+written, and `validate_only` writes nothing.
 """
 
 from __future__ import annotations
@@ -11,12 +13,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from core.api import Topic, TopicError
+from core.api import StoreError, Topic, TopicError
+from core.broker_config import DEFAULT_RESOURCE, altered_set, replaced_set
 from core.errors import ErrorCode
 from core.topic_config import ConfigEntry, ConfigError, apply_alter_ops, describe_topic_configs
+from gateway.errors import log_store_error
 from gateway.protocol.codec import RequestHeader
 
-from .broker_configs import broker_configs, static_broker_values
+from .broker_configs import described_broker_configs, dynamic_topic_defaults, static_broker_values
 from .context import GatewayContext
 
 RESOURCE_TOPIC = 2
@@ -43,13 +47,15 @@ def config_entry(entry: ConfigEntry, synonyms: bool, documentation: bool) -> dic
         if synonyms
         else [],
         "config_type": int(entry.type),
-        "documentation": entry.doc if documentation else None,
+        "documentation": (entry.doc or None) if documentation else None,
     }
 
 
 def topic_config_entries(ctx: GatewayContext, configs: Mapping[str, str]) -> list[ConfigEntry]:
     """Every topic config of a topic whose own configs are `configs`."""
-    return describe_topic_configs(configs, static_broker_values(ctx))
+    return describe_topic_configs(
+        configs, static_broker_values(ctx), dynamic_broker_configs=dynamic_topic_defaults(ctx)
+    )
 
 
 # --- DescribeConfigs ---------------------------------------------------------------------
@@ -87,28 +93,30 @@ def _describe_resource(
         stream = ctx.store.get(name)
         if stream is None:
             raise _ResourceError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}")
-        return describe_topic_configs(stream.configs, static_broker_values(ctx), keys)
+        return describe_topic_configs(
+            stream.configs, static_broker_values(ctx), keys, dynamic_topic_defaults(ctx)
+        )
     if resource_type == RESOURCE_BROKER:
-        if name == "":
-            return []  # cluster-wide dynamic broker defaults: streamgate has none
-        _check_broker_name(ctx, name)
-        entries = broker_configs(ctx)
-        if keys is None:
-            return entries
-        wanted = set(keys)
-        return [e for e in entries if e.name in wanted]
+        if name != DEFAULT_RESOURCE:
+            _check_broker_name(ctx, name, describe=True)
+        return described_broker_configs(ctx, name, keys)
     raise _ResourceError(ErrorCode.INVALID_REQUEST, f"unsupported resource type {resource_type}")
 
 
-def _check_broker_name(ctx: GatewayContext, name: str) -> None:
+def _check_broker_name(ctx: GatewayContext, name: str, describe: bool) -> None:
+    """A broker resource names this node (Kafka's messages, which differ by API)."""
     try:
         node_id = int(name)
     except ValueError:
-        node_id = None
+        what = "Broker id" if describe else "Node id"
+        raise _ResourceError(
+            ErrorCode.INVALID_REQUEST, f"{what} must be an integer, but it is: {name}"
+        ) from None
     if node_id != ctx.node_id:
+        expected = f"{ctx.node_id} or empty string" if describe else str(ctx.node_id)
         raise _ResourceError(
             ErrorCode.INVALID_REQUEST,
-            f"unexpected broker id {name!r}: this gateway is node {ctx.node_id}",
+            f"Unexpected broker id, expected {expected}, but received {name}",
         )
 
 
@@ -116,9 +124,12 @@ def _check_broker_name(ctx: GatewayContext, name: str) -> None:
 
 
 async def alter_configs(ctx: GatewayContext, header: RequestHeader, body: Any) -> dict[str, Any]:
-    """Replace each topic's whole set of configs with the given ones."""
+    """Replace each topic's (or broker resource's) whole set of configs with the given ones."""
     responses = []
     for resource in body.resources:
+        if resource.resource_type == RESOURCE_BROKER:
+            responses.append(await _alter_broker(ctx, resource, False, body.validate_only))
+            continue
 
         def replacement(stream: Topic, resource: Any = resource) -> dict[str, str | None]:
             names = [c.name for c in resource.configs]
@@ -133,9 +144,12 @@ async def alter_configs(ctx: GatewayContext, header: RequestHeader, body: Any) -
 async def incremental_alter_configs(
     ctx: GatewayContext, header: RequestHeader, body: Any
 ) -> dict[str, Any]:
-    """SET / DELETE / APPEND / SUBTRACT individual configs of each topic."""
+    """SET / DELETE / APPEND / SUBTRACT individual configs of each topic or broker resource."""
     responses = []
     for resource in body.resources:
+        if resource.resource_type == RESOURCE_BROKER:
+            responses.append(await _alter_broker(ctx, resource, True, body.validate_only))
+            continue
 
         def altered(stream: Topic, resource: Any = resource) -> dict[str, str]:
             ops = [(c.name, c.config_operation, c.value) for c in resource.configs]
@@ -159,11 +173,6 @@ def _alter_resource(
     }
     name = resource.resource_name
     try:
-        if resource.resource_type == RESOURCE_BROKER:
-            raise _ResourceError(
-                ErrorCode.INVALID_REQUEST,
-                "broker configs are read-only: they are `streamgate serve` options",
-            )
         if resource.resource_type != RESOURCE_TOPIC:
             raise _ResourceError(
                 ErrorCode.INVALID_REQUEST, f"unsupported resource type {resource.resource_type}"
@@ -174,5 +183,41 @@ def _alter_resource(
         ctx.store.update_topic_configs(name, new_configs(stream), validate_only)
     except (_ResourceError, ConfigError, TopicError) as exc:
         response["error_code"] = exc.error_code
+        response["error_message"] = str(exc)
+    return response
+
+
+async def _alter_broker(
+    ctx: GatewayContext, resource: Any, incremental: bool, validate_only: bool
+) -> dict[str, Any]:
+    """Alter the dynamic configs of this node ("1") or of the cluster default (""):
+    IncrementalAlterConfigs operations, or AlterConfigs' replacement of the whole set."""
+    response: dict[str, Any] = {
+        "error_code": ErrorCode.NONE,
+        "error_message": None,
+        "resource_type": resource.resource_type,
+        "resource_name": resource.resource_name,
+    }
+    name = resource.resource_name
+    try:
+        if name != DEFAULT_RESOURCE:
+            _check_broker_name(ctx, name, describe=False)
+        dynamic = ctx.dynamic_configs
+        if dynamic is None:
+            raise _ResourceError(
+                ErrorCode.INVALID_REQUEST,
+                "broker configs are read-only: they are `streamgate serve` options",
+            )
+        if incremental:
+            ops = [(c.name, c.config_operation, c.value) for c in resource.configs]
+            configs = altered_set(dynamic.configs[name], ops)
+        else:
+            configs = replaced_set((c.name, c.value) for c in resource.configs)
+        await dynamic.replace(name, configs, validate_only)
+    except (_ResourceError, ConfigError) as exc:
+        response["error_code"] = exc.error_code
+        response["error_message"] = str(exc)
+    except StoreError as exc:  # the metadata store failed the write: nothing changed
+        response["error_code"] = log_store_error("broker configs", exc)
         response["error_message"] = str(exc)
     return response

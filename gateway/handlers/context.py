@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from core.acl.authorizer import Authorizer
 from core.acl.quotas import ClientQuotas
 from core.api import Store, Transactions
+from core.broker_config import DynamicBrokerConfigs
 from core.credentials import Credentials
 from core.groups import GroupCoordinator
 
@@ -45,6 +46,8 @@ class GatewayContext:
     credentials: Credentials | None = None  # SCRAM credentials (SASL, kafka-configs.sh)
     # Every listener as (name, bound host:port, advertised host:port), for broker configs.
     listeners: tuple[tuple[str, str, str], ...] = ()
+    # Dynamic broker configs (core/broker_config.py); None: broker configs are read-only.
+    dynamic_configs: DynamicBrokerConfigs | None = None
 
 
 def advertised_endpoint(ctx: GatewayContext) -> tuple[str, int]:
