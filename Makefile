@@ -69,3 +69,12 @@ compat: $(STAMP) kcat-installed java-installed
 
 clean:
 	rm -rf $(VENV) data .pytest_cache .hypothesis
+
+# The history checker's soak (harness/history.py): 10 minutes of the mixed workload
+# (idempotent producers, a consumer group, raw pipelined probes, a split and a merge) with
+# 10 SIGKILL restarts, then every promise checked; exit 1 on a violation.
+# `make soak-history SOAK_HISTORY_ARGS="--seed 7 --out history.jsonl"` adds options.
+.PHONY: soak-history
+SOAK_HISTORY_ARGS ?=
+soak-history: $(STAMP)
+	$(BIN)/python -m harness.history run --seconds 600 --kills 10 $(SOAK_HISTORY_ARGS)
