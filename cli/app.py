@@ -297,7 +297,7 @@ def _dynamic_configs(
         ctx.max_message_bytes = int(value)
 
     def rebalance_delay(value: str) -> None:
-        _set_initial_rebalance_delay(groups, int(value) / 1000)
+        groups.set_initial_rebalance_delay(int(value) / 1000)
 
     def retention_interval(value: str) -> None:  # read before each retention pass
         settings.tier.retention_check_interval_s = int(value) / 1000
@@ -327,15 +327,6 @@ def _dynamic_configs(
     if any(stored.values()):
         log.info("dynamic broker configs loaded: %s", stored)
     return dynamic
-
-
-def _set_initial_rebalance_delay(groups: GroupCoordinator, seconds: float) -> None:
-    """group.initial.rebalance.delay.ms for the groups' next rebalances. The coordinator
-    copies the setting into its rebalancer at construction, so both are updated."""
-    groups.settings.initial_rebalance_delay = seconds
-    rebalancer = getattr(groups, "_rebalance", None)
-    if rebalancer is not None:
-        rebalancer.initial_delay = seconds
 
 
 def _warn_unauthenticated(setups: list[ListenerSetup], client_auth: str) -> None:

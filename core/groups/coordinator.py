@@ -99,6 +99,11 @@ class GroupCoordinator:
         self._nursery: trio.Nursery | None = None
         self._stopping = trio.Event()
 
+    def set_initial_rebalance_delay(self, seconds: float) -> None:
+        """group.initial.rebalance.delay.ms, changed at run time: the next rebalances use it."""
+        self.settings.initial_rebalance_delay = seconds
+        self._rebalance.initial_delay = seconds
+
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run the groups' timers until `stop`."""
         async with trio.open_nursery() as nursery:

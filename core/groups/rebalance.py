@@ -9,6 +9,13 @@ thread, between awaits); the coordinator wakes `expire` when `next_deadline` is 
 
 A group that was Empty first waits `initial_delay` (and again while new members keep
 coming, up to its rebalance timeout) so that members starting together share a generation.
+Each of those waits lasts at least `MIN_INITIAL_WAIT`, even with a delay of 0: Kafka ends
+them from its delayed-operation purgatory (a timer thread with 1 ms ticks, then the group
+lock), so on Kafka 3.5.1 a first JoinGroup with `group.initial.rebalance.delay.ms=0` is
+answered 1-4 ms after it arrives, and a second member arriving meanwhile shares generation 1
+(measured side by side: tests/test_groups_static_vs_kafka.py). Answered on the next loop
+iteration instead, a static member started together with another formed a generation of
+one, took every partition, and a second rebalance revoked them again.
 """
 
 from __future__ import annotations
@@ -26,6 +33,9 @@ log = logging.getLogger(__name__)
 
 _PREPARING = GroupState.PREPARING_REBALANCE
 _COMPLETING = GroupState.COMPLETING_REBALANCE
+
+# The shortest wait of the initial rebalance (seconds), whatever the configured delay.
+MIN_INITIAL_WAIT = 0.005
 
 
 class Rebalancer:
@@ -51,7 +61,7 @@ class Rebalancer:
             group.initial_delay = True
             group.initial_delay_remaining = max(group.rebalance_timeout - self.initial_delay, 0.0)
             group.new_member_added = False
-            group.join_deadline = now + self.initial_delay
+            group.join_deadline = now + max(self.initial_delay, MIN_INITIAL_WAIT)
         else:
             group.initial_delay = False
             group.join_deadline = now + group.rebalance_timeout
@@ -146,7 +156,7 @@ class Rebalancer:
     def _on_join_deadline(self, group: Group, now: float) -> None:
         if group.initial_delay and group.new_member_added and group.initial_delay_remaining > 0:
             # Members are still arriving: wait another delay, within the rebalance timeout.
-            delay = min(self.initial_delay, group.initial_delay_remaining)
+            delay = min(max(self.initial_delay, MIN_INITIAL_WAIT), group.initial_delay_remaining)
             group.initial_delay_remaining = max(group.initial_delay_remaining - delay, 0.0)
             group.new_member_added = False
             group.join_deadline = now + delay
