@@ -1,18 +1,25 @@
-# streamgate: `make run` starts the gateway on its embedded defaults,
-# `make test` installs everything the tests need and runs them.
+# streamgate: `make run` starts the gateway on its embedded defaults, installing only what
+# serving needs; `make test` installs everything the tests need and runs them.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+# Two stamps: the runtime dependencies ([project] dependencies in pyproject.toml) for `make
+# run`, and on top of them the extras that tests, lint, benchmarks and the matrix need.
+RUN_STAMP := $(VENV)/.installed-run
+TEST_STAMP := $(VENV)/.installed-test
 
 .PHONY: run test lint bench compat clean kcat-installed postgresql-installed java-installed javac-installed mosquitto-installed
 
-$(STAMP): pyproject.toml
+$(RUN_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet -e '.[test,bench,bridge]'
-	touch $(STAMP)
+	$(BIN)/pip install --quiet -e .
+	touch $(RUN_STAMP)
 
-run: $(STAMP)
+$(TEST_STAMP): $(RUN_STAMP) pyproject.toml
+	$(BIN)/pip install --quiet -e '.[test,bench,bridge]'
+	touch $(TEST_STAMP)
+
+run: $(RUN_STAMP)
 	$(BIN)/streamgate serve
 
 # kcat is a Debian package; the tests drive it as a real client.
@@ -42,15 +49,15 @@ javac-installed: java-installed
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq openjdk-17-jdk-headless; }
 
-lint: $(STAMP)
+lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-test: $(STAMP) kcat-installed postgresql-installed java-installed javac-installed mosquitto-installed lint
+test: $(TEST_STAMP) kcat-installed postgresql-installed java-installed javac-installed mosquitto-installed lint
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=25
 
-bench: $(STAMP) java-installed
+bench: $(TEST_STAMP) java-installed
 	$(BIN)/python compat/bench_throughput.py
 	$(BIN)/python compat/bench_kafka_vs_streamgate.py
 
@@ -64,7 +71,7 @@ java-installed:
 # The compatibility matrix: every client against a fresh streamgate and Apache Kafka side by
 # side (compat/results/compat_matrix.{md,json}). `make compat COMPAT_ARGS=` skips Kafka.
 COMPAT_ARGS ?= --kafka
-compat: $(STAMP) kcat-installed java-installed
+compat: $(TEST_STAMP) kcat-installed java-installed
 	$(BIN)/streamgate compat run --streamgate $(COMPAT_ARGS)
 
 clean:

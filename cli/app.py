@@ -64,11 +64,11 @@ class Settings:
     ssl_client_auth: str = "none"
     sasl_mechanisms: tuple[str, ...] = ALL_MECHANISMS
     compaction: CompactionSettings = field(default_factory=CompactionSettings)
-    # README "Several nodes": postgresql://... metadata, this node's id and lease
+    # docs/several-nodes.md: postgresql://... metadata, this node's id and lease
     metadata_url: str | None = None
     node_id: int = 1
     node_lease_s: float = 3.0
-    multi_node: bool = False  # several active nodes (experimental; README "Several nodes")
+    multi_node: bool = False  # several active nodes (experimental; docs/several-nodes.md)
 
 
 async def serve(settings: Settings) -> None:
@@ -290,7 +290,7 @@ def _dynamic_configs(
     settings: Settings, store: StreamStore, groups: GroupCoordinator, ctx: GatewayContext
 ) -> DynamicBrokerConfigs:
     """The dynamic broker configs stored for this node and the cluster (applied now), and
-    the serve options they override at once (README "Dynamic broker configs")."""
+    the serve options they override at once (docs/clients-and-apis.md "Dynamic broker configs")."""
     dynamic = DynamicBrokerConfigs(ctx.node_id, store.metadata, store.worker.call)
 
     def max_message_bytes(value: str) -> None:

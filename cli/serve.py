@@ -193,7 +193,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="how often compacted topics are checked and cleaned "
         "(STREAMGATE_COMPACTION_INTERVAL_MS, default 15000, as Kafka's log.cleaner.backoff.ms)",
     )
-    # README "Several nodes"
+    # docs/several-nodes.md
     serve_cmd.add_argument(
         "--metadata",
         default=_env("METADATA"),
@@ -328,7 +328,7 @@ def _raise_open_file_limit() -> None:
 def run(args: argparse.Namespace) -> int:
     # --nodes 1 --multi-node true (no --metadata): a one-node cluster under the supervisor
     if args.nodes != 1 or (args.multi_node and not args.metadata):
-        from cli import supervisor  # README "Several nodes": serve --nodes N
+        from cli import supervisor  # docs/several-nodes.md: serve --nodes N
 
         return supervisor.run(_PARSER[0], args)
     try:
@@ -404,7 +404,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _check_placement() -> None:
-    """STREAMGATE_PLACEMENT (read by the store, README "Placement and moving segments")."""
+    """STREAMGATE_PLACEMENT (read by the store; placement in docs/several-nodes.md)."""
     from core.store import PLACEMENTS
 
     placement = os.environ.get("STREAMGATE_PLACEMENT", PLACEMENTS[0])

@@ -1,4 +1,4 @@
-"""`streamgate serve --nodes N`: N gateway nodes on this machine (README "Several nodes").
+"""`streamgate serve --nodes N`: N gateway nodes on this machine (docs/several-nodes.md).
 
 One supervisor process (no event loop: it only waits on children) starts an embedded
 PostgreSQL for the metadata (cluster in `<data-dir>/postgres`, kept across restarts; or the

@@ -81,11 +81,11 @@ WORKLOADS = (
     "many-raw",
 )
 # `many` (librdkafka) is left out by default: it does not get through 100,000 partitions
-# in minutes (README "Performance"); many-raw measures the server instead.
+# in minutes (docs/performance.md); many-raw measures the server instead.
 DEFAULT_WORKLOADS = [w for w in WORKLOADS if w != "many"]
 LATENCY_WORKLOADS = ("rate-2k", "rate-20k")
 TARGETS = ("kafka", "kafka-flush1", "streamgate", "streamgate-2n")
-# `streamgate-2n` is `serve --nodes 2` (two node processes, README "Several nodes"): the
+# `streamgate-2n` is `serve --nodes 2` (two node processes, docs/several-nodes.md): the
 # design step past one Python process. Not in the default targets (it needs PostgreSQL).
 DEFAULT_TARGETS = ["kafka", "kafka-flush1", "streamgate"]
 TARGET_LABELS = {
@@ -397,7 +397,7 @@ def many(t: Target, s: Sizes, shared: Report, display: Display) -> Report:
     with display.phase(
         f"{t.name} {total:,} partitions x1", total, rate_poll(lambda: run.tracker.delivered)
     ):
-        deadline = time.monotonic() + 2 * STALL_S  # librdkafka may never drain (README)
+        deadline = time.monotonic() + 2 * STALL_S  # librdkafka may never drain
         for i in range(total):
             topic, partition = topics[i // s.many_per_topic], i % s.many_per_topic
             while time.monotonic() < deadline:
@@ -429,7 +429,7 @@ def many_raw(t: Target, s: Sizes, shared: Report, display: Display) -> Report:
     """`many` with the repository's blocking protocol client (kafkaclient): one connection,
     Produce v9 requests of up to 1,000 partitions with a one-record batch each, acks=all,
     five requests in flight (as Kafka's clients allow by default).
-    librdkafka spends minutes on 100,000 partitions itself (see the README), so this shows
+    librdkafka spends minutes on 100,000 partitions itself (docs/performance.md), so this shows
     the server's cost. streamgate runs it on a gateway of its own: its RSS is then the
     cost of the partitions, not of the data the other workloads wrote."""
     if t.name != "streamgate":

@@ -1,4 +1,4 @@
-"""Figures for a gateway node on PostgreSQL metadata (README "Several nodes").
+"""Figures for a gateway node on PostgreSQL metadata (docs/several-nodes.md).
 
 * throughput: confluent-kafka produces `--records` records (acks=all, idempotent) to a
   3-partition topic, then a consumer reads them back; once with the default SQLite metadata

@@ -1,4 +1,4 @@
-"""Time a segment takes to move between nodes (README "Placement and moving segments").
+"""Time a segment takes to move between nodes (docs/several-nodes.md, moving segments).
 
 Two active nodes (`--multi-node true`, `STREAMGATE_PLACEMENT=creator`) on a real
 PostgreSQL (harness/postgres.py) and one tier-2 folder. An idempotent confluent-kafka

@@ -1,4 +1,4 @@
-"""Dynamic broker configs, with Apache Kafka 3.5.1's rules (README "Dynamic broker configs").
+"""Dynamic broker configs, with Apache Kafka 3.5.1's rules (docs/clients-and-apis.md).
 
 A dynamic broker config is set with AlterConfigs / IncrementalAlterConfigs on a broker
 resource: the node's id (per broker) or "" (the cluster-wide default). Both sets are kept in

@@ -1,4 +1,4 @@
-"""What this node knows about the other live nodes (README "Several nodes", multi-node).
+"""What this node knows about the other live nodes (docs/several-nodes.md, multi-node).
 
 Process-wide, like the fence: one process is one node. Off (single node) unless
 `core/nodes.py` enables it with `--multi-node`; then its sync task refreshes the live

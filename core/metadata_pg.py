@@ -8,7 +8,7 @@ The schema is created and migrated by streamgate: `schema_version` holds the las
 step of `_MIGRATIONS`; every node applies the missing steps at start, under a transaction
 advisory lock so two nodes starting together do not race.
 
-Nodes and leases (see README "Several nodes"): each node has a row in `nodes` with a lease
+Nodes and leases (see docs/several-nodes.md): each node has a row in `nodes` with a lease
 that expires at a time of the *database's* clock (`now()`), so nodes never compare their own
 clocks. Registering bumps the node's `incarnation`; renewing is a compare-and-set on it, so a
 node that was frozen past its lease and replaced cannot renew. Open segments carry
@@ -838,7 +838,7 @@ class PostgresMetadataStore:
             ).fetchall()
         return {str(topic): int(node) for topic, node in rows}
 
-    # --- placement and moving segments (README "Placement and moving segments") ---------
+    # --- placement and moving segments (docs/several-nodes.md) ---------------------------
 
     def create_topic_placed(self, topic: TopicRecord, owners: list[int]) -> None:
         """Create a topic whose segments (in `topic.segments` order) are owned by `owners`;

@@ -44,7 +44,7 @@ class NodeSettings:
     lease_s: float = 3.0
     # A restart after SIGKILL finds its previous incarnation's lease still live: wait for it.
     register_timeout_s: float = 10.0
-    exclusive: bool = True  # one active node per database (README "Several nodes")
+    exclusive: bool = True  # one active node per database (docs/several-nodes.md)
     sync_every_s: float = 0.5  # several active nodes: how often the cluster view refreshes
 
     @property

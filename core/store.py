@@ -50,11 +50,11 @@ class StoreSettings:
     s3_endpoint: str | None = None
     tier: TierSettings = field(default_factory=TierSettings)
     compaction: CompactionSettings = field(default_factory=CompactionSettings)
-    # None: SQLite in the data dir; postgresql://...: shared metadata (README "Several nodes")
+    # None: SQLite in the data dir; postgresql://...: shared metadata (docs/several-nodes.md)
     metadata_url: str | None = None
     node_id: int | None = None  # with metadata_url: this node (owner of what it creates)
-    # several active nodes: where a new topic's segments go (README "Placement and moving
-    # segments"): "least-loaded" (one segment per live node, up to the partition count) or
+    # several active nodes: where a new topic's segments go (docs/several-nodes.md, placement):
+    # "least-loaded" (one segment per live node, up to the partition count) or
     # "creator" (one segment, on the node that creates the topic)
     placement: str = field(
         default_factory=lambda: os.environ.get("STREAMGATE_PLACEMENT", "least-loaded")
@@ -307,7 +307,7 @@ class StreamStore:
     ) -> tuple[ScaleResult, MoveTimings]:
         """Several nodes: hand open segment `segment_id` over to node `to_node` (parts=1),
         or split it into `parts` successors, the last one on `to_node` and the others
-        here. ScaleError / TopicError when refused (README "Placement and moving
+        here. ScaleError / TopicError when refused (docs/several-nodes.md "Placement and moving
         segments")."""
         from .metadata_pg import PostgresMetadataStore
 

@@ -1,4 +1,4 @@
-"""Several active nodes: apply topic changes made on other nodes (README "Several nodes").
+"""Several active nodes: apply topic changes made on other nodes (docs/several-nodes.md).
 
 Each sync round (core/nodes.py) reads every topic's head row (id, partition count, configs)
 from the shared database and makes this node's open streams agree with it:

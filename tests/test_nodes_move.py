@@ -1,4 +1,4 @@
-"""Placement and moving segments between nodes (README "Placement and moving segments"):
+"""Placement and moving segments between nodes (docs/several-nodes.md, the same section):
 three real node processes (`--multi-node true`) on a real PostgreSQL and one tier-2 folder.
 
 - a new topic's segments are spread over the live nodes, and Metadata reports

@@ -1,4 +1,4 @@
-"""Moving segments between nodes (README "Placement and moving segments").
+"""Moving segments between nodes (docs/several-nodes.md "Placement and moving segments").
 
 A move is a scale event whose successors are owned by other nodes. The giving node:
 
