@@ -83,5 +83,5 @@ clean:
 # `make soak-history SOAK_HISTORY_ARGS="--seed 7 --out history.jsonl"` adds options.
 .PHONY: soak-history
 SOAK_HISTORY_ARGS ?=
-soak-history: $(STAMP)
+soak-history: $(TEST_STAMP)
 	$(BIN)/python -m harness.history run --seconds 600 --kills 10 $(SOAK_HISTORY_ARGS)
