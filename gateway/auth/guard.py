@@ -21,8 +21,8 @@ from core.errors import ErrorCode
 from gateway.handlers.authz import NOT_REQUESTED, allowed, authorized_operations
 from gateway.handlers.context import CLIENT_HOST, PRINCIPAL, GatewayContext
 from gateway.handlers.txn import no_transaction_state
-from gateway.protocol.apis import ApiKey
-from gateway.protocol.codec import RequestHeader
+from kafkawire.apis import ApiKey
+from kafkawire.codec import RequestHeader
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ import trio
 
 from core.acl.quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE
 from gateway.handlers.context import PRINCIPAL, GatewayContext
-from gateway.protocol.apis import ApiKey
-from gateway.protocol.codec import RequestHeader
+from kafkawire.apis import ApiKey
+from kafkawire.codec import RequestHeader
 
 from .guard import Handler, Response
 

@@ -22,7 +22,7 @@ from core.acl.model import (
 )
 from core.api import StoreError
 from core.errors import ErrorCode
-from gateway.protocol.codec import RequestHeader
+from kafkawire.codec import RequestHeader
 
 from .context import GatewayContext
 

@@ -13,7 +13,7 @@ from typing import Any
 from core.acl.quotas import ENTITY_TYPES, Entity, InvalidQuota, make_entity
 from core.api import StoreError
 from core.errors import ErrorCode
-from gateway.protocol.codec import RequestHeader
+from kafkawire.codec import RequestHeader
 
 from .context import GatewayContext
 
