@@ -22,9 +22,7 @@ from typing import Any
 import trio
 
 from core.errors import ErrorCode
-from gateway.auth.connections import ConnectionLimit
-from gateway.auth.guard import guarded, test_principal_enabled
-from gateway.auth.quota import MUTE, Mute, with_quotas
+from gateway.authorization.guard import guarded, test_principal_enabled
 from gateway.handlers import (
     acls,
     admin,
@@ -42,6 +40,8 @@ from gateway.handlers import security as security_handlers
 from gateway.handlers.context import CLIENT_HOST, LISTENER, PRINCIPAL, GatewayContext
 from gateway.handlers.data import ProduceOutcome
 from gateway.lean_stream import LeanSocketStream
+from gateway.limits.connections import ConnectionLimit
+from gateway.limits.quota import MUTE, Mute, with_quotas
 from gateway.security.listeners import ListenerSetup
 from gateway.security.ratelimit import RateLimitedLog
 from gateway.security.sasl import (

@@ -2,7 +2,7 @@
 
 `kafka-configs.sh --entity-type users --entity-name alice --alter --add-config
 producer_byte_rate=1024` ends here. Enforcement (throttle_time_ms on Produce and Fetch) is in
-the request guard (gateway/auth).
+the quota guard (gateway/limits).
 """
 
 from __future__ import annotations

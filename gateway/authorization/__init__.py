@@ -1,0 +1,1 @@
+"""ACL enforcement: the authorizer's guard around every API's handler (`guard`)."""
