@@ -1,13 +1,17 @@
-"""kafkawire.error_response: error responses built from Kafka's message schema."""
+"""kafkawire.error_response: error responses built from Kafka's message schema, and the
+authorization table's pairings checked against the schemas of every supported version."""
 
 from __future__ import annotations
 
+import dataclasses
 import typing
 
-from kio.index import load_request_schema
+import pytest
+from kio.index import load_request_schema, load_response_schema
 
-from kafkawire.apis import ApiKey
-from kafkawire.codec import build_entity
+from gateway.authorization.rules import RULES
+from kafkawire.apis import SUPPORTED_APIS, ApiKey
+from kafkawire.codec import build_entity, unwrap_optional
 from kafkawire.error_response import Items, error_items, error_response
 
 
@@ -72,3 +76,46 @@ def test_keys_values_and_dotted_paths() -> None:
             ],
         }
     ]
+
+
+def _collections(cls: type) -> dict[str, type]:
+    hints = typing.get_type_hints(cls)
+    found = {}
+    for f in dataclasses.fields(cls):
+        tp = unwrap_optional(hints[f.name])
+        if typing.get_origin(tp) is tuple:
+            found[f.name] = typing.get_args(tp)[0]
+    return found
+
+
+def _check(request_cls: type, response_cls: type, pairing: Items, version: int) -> None:
+    answers = _collections(response_cls)
+    assert pairing.response in answers, f"v{version}: no {pairing.response}"
+    item_cls = answers[pairing.response]
+    item_fields = {f.name for f in dataclasses.fields(item_cls)}
+    assert set(pairing.keys) | set(pairing.values) <= item_fields, f"v{version}"
+    requested = [
+        path for path in pairing.request if path.split(".")[0] in _collections(request_cls)
+    ]
+    if pairing.request:
+        assert requested, f"v{version}: none of {pairing.request} in the request"
+    if pairing.nested is not None:
+        for path in requested:
+            inner = request_cls
+            for part in path.split("."):
+                inner = _collections(inner)[part]
+            _check(inner, item_cls, pairing.nested, version)
+
+
+@pytest.mark.parametrize(
+    "key", sorted(k for k, rule in RULES.items() if rule.items), ids=lambda k: ApiKey(k).name
+)
+def test_rule_pairings_match_every_version(key: int) -> None:
+    """A typo in the table would only show when a request is denied: checked here."""
+    pairing = RULES[key].items
+    assert pairing is not None
+    support = SUPPORTED_APIS[key]
+    for version in range(support.min_version, support.max_version + 1):
+        _check(
+            load_request_schema(key, version), load_response_schema(key, version), pairing, version
+        )
