@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from core.groups.consumer_protocol import assigned_partitions
-from gateway.protocol.apis import ApiKey
 from kafkaclient.client import KafkaClient, KafkaClientError
+from kafkawire.apis import ApiKey
 
 _LATEST = -1
 _DEAD = "Dead"

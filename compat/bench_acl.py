@@ -140,7 +140,7 @@ def set_quota(bootstrap: str, client_id: str, quota: int) -> None:
     from kio.index import load_request_schema
     from kio.serial import entity_writer
 
-    from gateway.protocol.codec import build_entity
+    from kafkawire.codec import build_entity
 
     cls = load_request_schema(49, 1)
     body = build_entity(

@@ -22,9 +22,7 @@ from typing import Any
 import trio
 
 from core.errors import ErrorCode
-from gateway.auth.connections import ConnectionLimit
-from gateway.auth.guard import guarded, test_principal_enabled
-from gateway.auth.quota import MUTE, Mute, with_quotas
+from gateway.authorization.guard import guarded, test_principal_enabled
 from gateway.handlers import (
     acls,
     admin,
@@ -42,18 +40,8 @@ from gateway.handlers import security as security_handlers
 from gateway.handlers.context import CLIENT_HOST, LISTENER, PRINCIPAL, GatewayContext
 from gateway.handlers.data import ProduceOutcome
 from gateway.lean_stream import LeanSocketStream
-from gateway.protocol.apis import SUPPORTED_APIS, ApiKey
-from gateway.protocol.codec import (
-    ProtocolError,
-    RequestHeader,
-    decode_body,
-    decode_header,
-    encode_response,
-)
-from gateway.protocol.fetch_request import decode_fetch_request
-from gateway.protocol.framing import FrameDecoder, FrameError
-from gateway.protocol.produce_request import decode_produce_request
-from gateway.protocol.produce_response import encode_produce_response
+from gateway.limits.connections import ConnectionLimit
+from gateway.limits.quota import MUTE, Mute, with_quotas
 from gateway.security.listeners import ListenerSetup
 from gateway.security.ratelimit import RateLimitedLog
 from gateway.security.sasl import (
@@ -65,6 +53,18 @@ from gateway.security.sasl import (
     State,
 )
 from gateway.security.tls import principal_from_certificate
+from kafkawire.apis import SUPPORTED_APIS, ApiKey
+from kafkawire.codec import (
+    ProtocolError,
+    RequestHeader,
+    decode_body,
+    decode_header,
+    encode_response,
+)
+from kafkawire.fetch_request import decode_fetch_request
+from kafkawire.framing import FrameDecoder, FrameError
+from kafkawire.produce_request import decode_produce_request
+from kafkawire.produce_response import encode_produce_response
 
 log = logging.getLogger(__name__)
 # Lines any client can cause (bad frames, failed logins, TLS garbage): rate limited.

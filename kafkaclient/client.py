@@ -20,9 +20,9 @@ from kio import _kio_native as native
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_writer
 
-from gateway.protocol.apis import ApiKey
-from gateway.protocol.codec import build_entity
-from gateway.protocol.reader import entity_reader
+from kafkawire.apis import ApiKey
+from kafkawire.codec import build_entity
+from kafkawire.reader import entity_reader
 
 _SIZE = struct.Struct(">i")
 _HEADER = struct.Struct(">hhi")

@@ -15,8 +15,8 @@ from typing import Any
 from helpers import RawClient, encode_request
 from kio.index import load_request_schema
 
-from gateway.protocol.codec import build_entity
 from harness.gateway import Gateway
+from kafkawire.codec import build_entity
 
 ADMIN = "admin"  # a super user
 TEST_ENV = {"STREAMGATE_TEST_PRINCIPAL_FROM_CLIENT_ID": "1"}

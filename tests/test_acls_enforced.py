@@ -598,7 +598,7 @@ def test_allowed_and_denied(gw: Any, case: Case) -> None:
 
 
 def test_every_guarded_api_has_a_case() -> None:
-    from gateway.auth.guard import GUARDS, UNGUARDED
+    from gateway.authorization.guard import GUARDS, UNGUARDED
 
     # ListGroups: test_list_groups_filtered; ListTransactions: test_list_transactions_filtered
     tried = {c.api_key for c in CASES} | {16, 66}

@@ -1,4 +1,4 @@
-"""The hand-written table of first flexible versions (gateway/protocol/apis.py) agrees with
+"""The hand-written table of first flexible versions (kafkawire/apis.py) agrees with
 the message schemas kio generates from Kafka's JSON specs, for every version served."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from kio.index import load_request_schema, load_response_schema
 
-from gateway.protocol.apis import SUPPORTED_APIS, ApiKey
+from kafkawire.apis import SUPPORTED_APIS, ApiKey
 
 
 @pytest.mark.parametrize("api_key", sorted(SUPPORTED_APIS), ids=lambda k: ApiKey(k).name)

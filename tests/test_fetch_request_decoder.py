@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from kio.index import load_request_schema
 from kio.serial import entity_writer
 
-from gateway.protocol.apis import SUPPORTED_APIS, ApiKey
-from gateway.protocol.codec import ProtocolError, RequestHeader, decode_body
-from gateway.protocol.fetch_request import decode_fetch_request
+from kafkawire.apis import SUPPORTED_APIS, ApiKey
+from kafkawire.codec import ProtocolError, RequestHeader, decode_body
+from kafkawire.fetch_request import decode_fetch_request
 
 _SUPPORT = SUPPORTED_APIS[ApiKey.FETCH]
 VERSIONS = range(_SUPPORT.min_version, _SUPPORT.max_version + 1)

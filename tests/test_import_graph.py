@@ -19,7 +19,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 # Lowest first: a package may import the packages before it, never one after it.
-LAYERS = ["core", "gateway", "admin", "kafkaclient", "bridge", "cli"]
+LAYERS = ["core", "kafkawire", "gateway", "admin", "kafkaclient", "bridge", "cli"]
 PACKAGES = [*LAYERS, "harness"]
 
 
@@ -143,8 +143,9 @@ def test_no_cycles_between_units() -> None:
 
 @pytest.mark.parametrize("package", LAYERS)
 def test_layers(package: str) -> None:
-    """core is below everything; gateway (the Kafka server) knows nothing of the CLI,
-    the admin API or the internal client; harness (tests) is imported by no package."""
+    """core is below everything; kafkawire (the wire codec) is shared by the server and the
+    client; gateway (the Kafka server) knows nothing of the CLI, the admin API or the internal
+    client; harness (tests) is imported by no package."""
     _runtime, units = _graphs()
     allowed = set(LAYERS[: LAYERS.index(package) + 1])
     wrong = sorted(
@@ -163,3 +164,4 @@ def test_graph_is_read() -> None:
     assert "core.recordbatch" in runtime["core.stream.append"]
     assert "core.stream" in units["core.tiering"]
     assert "core.api" in units["gateway.handlers"]
+    assert "kafkawire.codec" in units["kafkaclient.client"]

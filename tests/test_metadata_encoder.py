@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from gateway.protocol.codec import RequestHeader, encode_response
-from gateway.protocol.metadata_response import TopicMetadata, encode_metadata_response
+from kafkawire.codec import RequestHeader, encode_response
+from kafkawire.metadata_response import TopicMetadata, encode_metadata_response
 
 NODE = 1
 

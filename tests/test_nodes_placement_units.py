@@ -11,8 +11,8 @@ import pytest
 from core.cluster_view import ClusterView
 from core.scaling.placement import least_loaded_other, place_segments
 from core.scaling.plan import ScaleError, check_scale
-from gateway.protocol.codec import RequestHeader, encode_response
-from gateway.protocol.metadata_response import TopicMetadata, encode_metadata_response
+from kafkawire.codec import RequestHeader, encode_response
+from kafkawire.metadata_response import TopicMetadata, encode_metadata_response
 
 
 def test_place_segments_least_loaded_first() -> None:

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 from kio.index import load_request_schema
 from kio.serial import entity_writer
 
-from gateway.protocol.apis import SUPPORTED_APIS, ApiKey
-from gateway.protocol.codec import ProtocolError, RequestHeader, decode_body
-from gateway.protocol.produce_request import decode_produce_request
+from kafkawire.apis import SUPPORTED_APIS, ApiKey
+from kafkawire.codec import ProtocolError, RequestHeader, decode_body
+from kafkawire.produce_request import decode_produce_request
 
 VERSIONS = range(SUPPORTED_APIS[ApiKey.PRODUCE].accepted_min or 0, 10)
 _PREFIX = b"\x00\x00\x00\x07hdr"  # the body need not start at 0

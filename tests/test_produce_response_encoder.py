@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.protocol.apis import SUPPORTED_APIS, ApiKey
-from gateway.protocol.codec import RequestHeader, encode_response
-from gateway.protocol.produce_response import encode_produce_response
+from kafkawire.apis import SUPPORTED_APIS, ApiKey
+from kafkawire.codec import RequestHeader, encode_response
+from kafkawire.produce_response import encode_produce_response
 
 VERSIONS = range(SUPPORTED_APIS[ApiKey.PRODUCE].accepted_min or 0, 10)
 

@@ -19,8 +19,8 @@ from core.recordbatch import (
     read_batch_header,
     split_batches,
 )
-from gateway.protocol.apis import ApiKey
-from gateway.protocol.fetch_response import PartitionData, encode_fetch_response
+from kafkawire.apis import ApiKey
+from kafkawire.fetch_response import PartitionData, encode_fetch_response
 
 
 @pytest.mark.parametrize("version", range(13, 16))

@@ -11,16 +11,16 @@ from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader
 
-from gateway.protocol.apis import SUPPORTED_APIS, ApiKey
-from gateway.protocol.codec import (
+from kafkawire.apis import SUPPORTED_APIS, ApiKey
+from kafkawire.codec import (
     ProtocolError,
     RequestHeader,
     decode_body,
     decode_header,
     encode_response,
 )
-from gateway.protocol.fetch_response import PartitionData, encode_fetch_response
-from gateway.protocol.framing import FrameDecoder, FrameError, frame
+from kafkawire.fetch_response import PartitionData, encode_fetch_response
+from kafkawire.framing import FrameDecoder, FrameError, frame
 
 
 @pytest.mark.parametrize("version", range(4, 13))

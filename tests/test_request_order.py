@@ -29,7 +29,7 @@ from kafka import KafkaAdminClient, KafkaConsumer
 from kafka import TopicPartition as KpTopicPartition
 from kio.index import load_request_schema
 
-from gateway.protocol.codec import build_entity
+from kafkawire.codec import build_entity
 
 TRIES = 30
 EARLIEST, LATEST = -2, -1

@@ -3,7 +3,7 @@
 Without `--authorizer` the gateway answers like Kafka with no `authorizer.class.name`:
 SECURITY_DISABLED with a message, so `kafka-acls.sh` and admin clients report why.
 The cluster-level permission these APIs need (DESCRIBE / ALTER on the cluster) is checked by
-the request guard (gateway/auth) before they run.
+the ACL guard (gateway/authorization) before they run.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from core.acl.model import (
 )
 from core.api import StoreError
 from core.errors import ErrorCode
-from gateway.protocol.codec import RequestHeader
+from kafkawire.codec import RequestHeader
 
 from .context import GatewayContext
 

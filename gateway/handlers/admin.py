@@ -11,9 +11,9 @@ from core.acl.model import CLUSTER_NAME, SUPPORTED_OPERATIONS, Operation, Resour
 from core.api import ZERO_UUID, Topic, TopicError, validate_topic_name
 from core.cluster_view import CLUSTER
 from core.errors import ErrorCode
-from gateway.protocol.apis import SUPPORTED_APIS
-from gateway.protocol.codec import RequestHeader
-from gateway.protocol.metadata_response import TopicMetadata, encode_metadata_response
+from kafkawire.apis import SUPPORTED_APIS
+from kafkawire.codec import RequestHeader
+from kafkawire.metadata_response import TopicMetadata, encode_metadata_response
 
 from . import txn
 from .assignments import check_create_assignments

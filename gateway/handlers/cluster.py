@@ -13,7 +13,7 @@ from typing import Any
 
 from core.api import TopicError
 from core.errors import ErrorCode
-from gateway.protocol.codec import RequestHeader
+from kafkawire.codec import RequestHeader
 
 from .assignments import check_new_partition_assignments
 from .context import GatewayContext, advertised_endpoint

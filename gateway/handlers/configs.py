@@ -18,7 +18,7 @@ from core.broker_config import DEFAULT_RESOURCE, altered_set, replaced_set
 from core.errors import ErrorCode
 from core.topic_config import ConfigEntry, ConfigError, apply_alter_ops, describe_topic_configs
 from gateway.errors import log_store_error
-from gateway.protocol.codec import RequestHeader
+from kafkawire.codec import RequestHeader
 
 from .broker_configs import described_broker_configs, dynamic_topic_defaults, static_broker_values
 from .context import GatewayContext

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import Any
 
 from core.acl.authorizer import Authorizer
 from core.acl.quotas import ClientQuotas
@@ -12,6 +14,7 @@ from core.api import Store, Transactions
 from core.broker_config import DynamicBrokerConfigs
 from core.credentials import Credentials
 from core.groups import GroupCoordinator
+from kafkawire.codec import RequestHeader
 
 NODE_ID = 1
 ZERO_UUID = uuid.UUID(int=0)
@@ -40,7 +43,7 @@ class GatewayContext:
     max_request_bytes: int = 100 * 1024 * 1024
     listener: str = ""  # the address actually listened on, host:port
     transactions: Transactions | None = None  # the transaction coordinator (core/txn)
-    # ACLs (gateway/auth): None = no authorizer, everything allowed (the embedded default).
+    # ACLs (gateway/authorization): None = no authorizer, everything allowed (the embedded default).
     authorizer: Authorizer | None = None
     quotas: ClientQuotas | None = None  # client quotas, always on when the server runs
     credentials: Credentials | None = None  # SCRAM credentials (SASL, kafka-configs.sh)
@@ -56,3 +59,9 @@ def advertised_endpoint(ctx: GatewayContext) -> tuple[str, int]:
     if listener is None:
         return ctx.advertised_host, ctx.advertised_port
     return listener[1], listener[2]
+
+
+# A handler's answer: fields for the encoder, an encoded body, or an encoded body in
+# pieces (Fetch: record batches are sent from where they are, not joined), or no answer.
+Response = dict[str, Any] | bytes | list[bytes | memoryview] | None
+Handler = Callable[[GatewayContext, RequestHeader, Any], Awaitable[Response]]

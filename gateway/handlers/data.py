@@ -24,8 +24,8 @@ from core.errors import ErrorCode
 from core.produce_rules import Rewritten, apply_rules, rules_for
 from core.topic_config import max_message_bytes
 from gateway.errors import log_store_error
-from gateway.protocol.codec import RequestHeader
-from gateway.protocol.fetch_response import PartitionData, encode_fetch_response
+from kafkawire.codec import RequestHeader
+from kafkawire.fetch_response import PartitionData, encode_fetch_response
 
 from .authz import allowed
 from .context import GatewayContext

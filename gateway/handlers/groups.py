@@ -14,7 +14,7 @@ from typing import Any
 from core.cluster_view import CLUSTER
 from core.errors import ErrorCode
 from core.groups import GroupState, JoinRequest, SyncRequest
-from gateway.protocol.codec import RequestHeader
+from kafkawire.codec import RequestHeader
 
 from .context import CLIENT_HOST, GatewayContext, advertised_endpoint
 

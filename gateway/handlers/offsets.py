@@ -13,7 +13,7 @@ from typing import Any
 
 from core.errors import ErrorCode
 from core.metadata import CommittedOffset
-from gateway.protocol.codec import RequestHeader
+from kafkawire.codec import RequestHeader
 
 from .context import GatewayContext
 

@@ -2,7 +2,7 @@
 
 `kafka-configs.sh --entity-type users --entity-name alice --alter --add-config
 producer_byte_rate=1024` ends here. Enforcement (throttle_time_ms on Produce and Fetch) is in
-the request guard (gateway/auth).
+the quota guard (gateway/limits).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 from core.acl.quotas import ENTITY_TYPES, Entity, InvalidQuota, make_entity
 from core.api import StoreError
 from core.errors import ErrorCode
-from gateway.protocol.codec import RequestHeader
+from kafkawire.codec import RequestHeader
 
 from .context import GatewayContext
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from core.api import StoreError
 from gateway.errors import log_store_error
-from gateway.protocol.codec import RequestHeader
+from kafkawire.codec import RequestHeader
 
 from .context import GatewayContext
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from core.api import PartitionView, Topic, TopicError
 from core.errors import ErrorCode
-from gateway.protocol.codec import RequestHeader
+from kafkawire.codec import RequestHeader
 
 from .assignments import check_replicas
 from .context import GatewayContext

@@ -20,7 +20,7 @@ from core.credentials import (
     credential_from_salted,
 )
 from core.errors import ErrorCode
-from gateway.protocol.codec import RequestHeader
+from kafkawire.codec import RequestHeader
 
 from .context import GatewayContext
 

@@ -16,7 +16,7 @@ from core.errors import ErrorCode
 from core.metadata import CommittedOffset
 from core.txn import STATES
 from gateway.errors import log_store_error
-from gateway.protocol.codec import RequestHeader
+from kafkawire.codec import RequestHeader
 
 from .context import GatewayContext
 

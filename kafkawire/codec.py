@@ -113,7 +113,7 @@ class _FieldSpec:
     default: Any
 
 
-def _unwrap_optional(tp: Any) -> Any:
+def unwrap_optional(tp: Any) -> Any:
     if typing.get_origin(tp) in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         if len(args) == 1:
@@ -128,7 +128,7 @@ def _epoch_ms_to_datetime(ms: int) -> datetime.datetime | None:
 
 
 def _converter(tp: Any) -> Any:
-    tp = _unwrap_optional(tp)
+    tp = unwrap_optional(tp)
     if tp is TZAware:
         return _epoch_ms_to_datetime
     if typing.get_origin(tp) is tuple:
@@ -158,7 +158,7 @@ def _field_specs(cls: type) -> tuple[_FieldSpec, ...]:
         elif f.default_factory is not MISSING:
             default = f.default_factory()
         else:
-            inner = _unwrap_optional(tp)
+            inner = unwrap_optional(tp)
             if inner is not tp:
                 default = None
             elif typing.get_origin(inner) is tuple:

@@ -121,7 +121,7 @@ SUPPORTED_APIS: dict[int, ApiSupport] = {
     ApiKey.TXN_OFFSET_COMMIT: ApiSupport(0, 3, 3),
     ApiKey.DESCRIBE_TRANSACTIONS: ApiSupport(0, 0, 0),
     ApiKey.LIST_TRANSACTIONS: ApiSupport(0, 0, 0),
-    # Client quotas (gateway/handlers/quotas.py), enforced on Produce/Fetch (gateway/auth).
+    # Client quotas (gateway/handlers/quotas.py), enforced on Produce/Fetch (gateway/limits).
     ApiKey.DESCRIBE_CLIENT_QUOTAS: ApiSupport(0, 1, 1),
     ApiKey.ALTER_CLIENT_QUOTAS: ApiSupport(0, 1, 1),
     # SASL (gateway/security/sasl.py) and SCRAM credentials (gateway/handlers/security.py).

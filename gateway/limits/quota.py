@@ -12,11 +12,9 @@ from typing import Any
 import trio
 
 from core.acl.quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE
-from gateway.handlers.context import PRINCIPAL, GatewayContext
-from gateway.protocol.apis import ApiKey
-from gateway.protocol.codec import RequestHeader
-
-from .guard import Handler, Response
+from gateway.handlers.context import PRINCIPAL, GatewayContext, Handler, Response
+from kafkawire.apis import ApiKey
+from kafkawire.codec import RequestHeader
 
 _I32 = struct.Struct(">i")
 
