@@ -20,9 +20,9 @@ from core.credentials import (
     MECHANISMS,
     MIN_ITERATIONS,
     CredentialStore,
-    SQLiteCredentialStore,
     new_credential,
 )
+from core.metadata import SQLiteCredentialStore
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -59,7 +59,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def _open(data_dir: str, metadata: str | None = None) -> CredentialStore:
     if metadata:
-        from core.credentials_pg import PostgresCredentialStore  # psycopg only when asked
+        from core.metadata.postgres import PostgresCredentialStore  # psycopg only when asked
 
         return PostgresCredentialStore(metadata)
     os.makedirs(data_dir, exist_ok=True)
@@ -112,7 +112,7 @@ def _list(args: argparse.Namespace) -> int:
     store = _open(args.data_dir, args.metadata)
     try:
         for user, infos in store.describe(None).items():
-            print(user, " ".join(f"{m}(iterations={i})" for m, i in infos))
+            print(user, " ".join(f"{i.mechanism}(iterations={i.iterations})" for i in infos))
     finally:
         store.close()
     return 0

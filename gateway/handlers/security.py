@@ -16,6 +16,7 @@ from core.credentials import (
     MECHANISM_BY_CODE,
     MECHANISMS,
     MIN_ITERATIONS,
+    CredentialInfo,
     ScramCredential,
     credential_from_salted,
 )
@@ -82,14 +83,14 @@ async def describe_user_scram_credentials(
     return {"error_code": ErrorCode.NONE, "error_message": None, "results": results}
 
 
-def _described(user: str, infos: list[tuple[str, int]]) -> dict[str, Any]:
+def _described(user: str, infos: list[CredentialInfo]) -> dict[str, Any]:
     return {
         "user": user,
         "error_code": ErrorCode.NONE,
         "error_message": None,
         "credential_infos": [
-            {"mechanism": MECHANISMS[mechanism][0], "iterations": iterations}
-            for mechanism, iterations in infos
+            {"mechanism": MECHANISMS[info.mechanism][0], "iterations": info.iterations}
+            for info in infos
         ],
     }
 
