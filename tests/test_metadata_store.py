@@ -606,3 +606,31 @@ def test_placed_topics_and_hand_over(pg: Any) -> None:
     assert pg.segment_owners("t") == {0: (1, 2), 1: (2, 1), 2: (2, 1)}
     with pytest.raises(ValueError, match="already exists"):
         pg.hand_over("t", [1], [SegmentRecord(2, 1, 2, 3)], [1], from_node=2)
+
+
+def test_a_topic_created_elsewhere_meanwhile_is_topic_already_exists(
+    tmp_path: pathlib.Path,
+) -> None:
+    """The stream store turns the layer's TopicExistsError into Kafka's error: a topic the
+    database has but this store has not loaded (another node, or another process on the
+    file, created it meanwhile)."""
+    import trio
+
+    from core.api import TopicError
+    from core.errors import ErrorCode
+    from core.store import StoreSettings, StreamStore
+
+    async def main() -> None:
+        store = StreamStore(StoreSettings(str(tmp_path)))
+        async with trio.open_nursery() as nursery:
+            await nursery.start(store.run)
+            other = SQLiteMetadataStore(str(tmp_path / "metadata.db"))
+            other.create_topic(_topic("elsewhere", 1))
+            other.close()
+            with pytest.raises(TopicError) as refused:
+                store.create_topic("elsewhere", 1)
+            assert refused.value.error_code == ErrorCode.TOPIC_ALREADY_EXISTS
+            assert store.get("elsewhere") is None
+            store.stop()
+
+    trio.run(main)
