@@ -19,7 +19,9 @@ from core.credentials import (
     MAX_ITERATIONS,
     MECHANISMS,
     MIN_ITERATIONS,
+    CredentialKey,
     CredentialStore,
+    UserCredential,
     new_credential,
 )
 from core.metadata import SQLiteCredentialStore
@@ -87,7 +89,10 @@ def _add(args: argparse.Namespace) -> int:
     store = _open(args.data_dir, args.metadata)
     try:
         store.apply(
-            [(args.name, m, new_credential(m, password, args.iterations)) for m in mechanisms],
+            [
+                UserCredential(args.name, m, new_credential(m, password, args.iterations))
+                for m in mechanisms
+            ],
             [],
         )
     finally:
@@ -99,7 +104,7 @@ def _add(args: argparse.Namespace) -> int:
 def _delete(args: argparse.Namespace) -> int:
     store = _open(args.data_dir, args.metadata)
     try:
-        missing = store.apply([], [(args.name, m) for m in MECHANISMS])
+        missing = store.apply([], [CredentialKey(args.name, m) for m in MECHANISMS])
     finally:
         store.close()
     if len(missing) == len(MECHANISMS):

@@ -18,7 +18,13 @@ import os
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from .metadata import CredentialInfo, CredentialStore, ScramCredential
+from .metadata import (
+    CredentialInfo,
+    CredentialKey,
+    CredentialStore,
+    ScramCredential,
+    UserCredential,
+)
 
 __all__ = [
     "MAX_ITERATIONS",
@@ -26,9 +32,11 @@ __all__ = [
     "MECHANISM_BY_CODE",
     "MIN_ITERATIONS",
     "CredentialInfo",
+    "CredentialKey",
     "CredentialStore",
     "Credentials",
     "ScramCredential",
+    "UserCredential",
     "credential_from_salted",
     "hash_name",
     "new_credential",
@@ -100,11 +108,9 @@ class Credentials:
         return result
 
     async def apply(
-        self,
-        upserts: list[tuple[str, str, ScramCredential]],
-        deletions: list[tuple[str, str]],
-    ) -> set[tuple[str, str]]:
-        result: set[tuple[str, str]] = await self._offload(self.backend.apply, upserts, deletions)
+        self, upserts: list[UserCredential], deletions: list[CredentialKey]
+    ) -> set[CredentialKey]:
+        result: set[CredentialKey] = await self._offload(self.backend.apply, upserts, deletions)
         return result
 
     async def describe(self, users: list[str] | None) -> dict[str, list[CredentialInfo]]:

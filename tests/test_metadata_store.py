@@ -25,6 +25,7 @@ from core.metadata import (
     ChunkSlice,
     CommittedOffset,
     CredentialInfo,
+    CredentialKey,
     CredentialStore,
     OpenTxn,
     OpenTxnSnapshot,
@@ -37,6 +38,7 @@ from core.metadata import (
     TopicHead,
     TopicRecord,
     TxnRecord,
+    UserCredential,
 )
 from tests.metadata_legacy import OLD_PG_MIGRATIONS, OLD_SQLITE_SCHEMA, OLD_SQLITE_SCRAM
 from tests.nodes_fixtures import pg_url, postgres, requires_postgres  # noqa: F401
@@ -314,15 +316,22 @@ def test_credentials_round_trip(engine: Engine) -> None:
     store = engine.credentials()
     a = new_credential("SCRAM-SHA-256", "pw-a")
     b = new_credential("SCRAM-SHA-512", "pw-b", 8192)
-    assert store.apply([("alice", "SCRAM-SHA-256", a), ("bob", "SCRAM-SHA-512", b)], []) == set()
+    upserts = [
+        UserCredential("alice", "SCRAM-SHA-256", a),
+        UserCredential("bob", "SCRAM-SHA-512", b),
+    ]
+    assert store.apply(upserts, []) == set()
     assert store.get("alice", "SCRAM-SHA-256") == a
     assert store.get("alice", "SCRAM-SHA-512") is None
     assert store.describe(None) == {
         "alice": [CredentialInfo(mechanism="SCRAM-SHA-256", iterations=4096)],
         "bob": [CredentialInfo("SCRAM-SHA-512", 8192)],
     }
-    missing = store.apply([("alice", "SCRAM-SHA-256", b)], [("bob", "SCRAM-SHA-512"), ("x", "y")])
-    assert missing == {("x", "y")}
+    missing = store.apply(
+        [UserCredential("alice", "SCRAM-SHA-256", b)],
+        [CredentialKey("bob", "SCRAM-SHA-512"), CredentialKey("x", "y")],
+    )
+    assert missing == {CredentialKey(user="x", mechanism="y")}
     assert store.get("alice", "SCRAM-SHA-256") == b
     assert store.describe(["bob"]) == {}
     # the metadata store opens the same database, schema and all
@@ -429,7 +438,7 @@ def test_an_old_sqlite_file_is_migrated_in_place(tmp_path: pathlib.Path, tier2: 
     new_id = db.commit_chunk("t", ChunkRecord(1, 0, 10, "k/2", 10))
     assert new_id == 2
     db.scale_segments("t", [1], [SegmentRecord(2, 2, 0, 1)])
-    cred.apply([("bob", "SCRAM-SHA-512", new_credential("SCRAM-SHA-512", "pw"))], [])
+    cred.apply([UserCredential("bob", "SCRAM-SHA-512", new_credential("SCRAM-SHA-512", "pw"))], [])
     assert sorted(cred.describe(None)) == ["alice", "bob"]
     db.close()
     cred.close()

@@ -16,6 +16,7 @@ from .records import (
     ChunkSlice,
     CommittedOffset,
     CredentialInfo,
+    CredentialKey,
     NodeRecord,
     OpenSegment,
     OpenTxn,
@@ -29,6 +30,7 @@ from .records import (
     TopicHead,
     TopicRecord,
     TxnRecord,
+    UserCredential,
 )
 from .schema import SCHEMA_VERSION
 from .shared import SqlMetadataStore
@@ -41,6 +43,7 @@ __all__ = [
     "ChunkSlice",
     "CommittedOffset",
     "CredentialInfo",
+    "CredentialKey",
     "CredentialStore",
     "MetadataStore",
     "NodeRecord",
@@ -60,4 +63,5 @@ __all__ = [
     "TopicHead",
     "TopicRecord",
     "TxnRecord",
+    "UserCredential",
 ]

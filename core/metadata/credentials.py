@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from .dialect import Engine
-from .records import CredentialInfo, ScramCredential
+from .records import CredentialInfo, CredentialKey, ScramCredential, UserCredential
 from .schema import migrate
 
 
@@ -16,10 +16,8 @@ class CredentialStore(Protocol):
 
     def get(self, user: str, mechanism: str) -> ScramCredential | None: ...
     def apply(
-        self,
-        upserts: list[tuple[str, str, ScramCredential]],
-        deletions: list[tuple[str, str]],
-    ) -> set[tuple[str, str]]: ...
+        self, upserts: list[UserCredential], deletions: list[CredentialKey]
+    ) -> set[CredentialKey]: ...
     def describe(self, users: list[str] | None) -> dict[str, list[CredentialInfo]]: ...
     def close(self) -> None: ...
 
@@ -44,20 +42,18 @@ class SqlCredentialStore:
         return ScramCredential(bytes(row[0]), int(row[1]), bytes(row[2]), bytes(row[3]))
 
     def apply(
-        self,
-        upserts: list[tuple[str, str, ScramCredential]],
-        deletions: list[tuple[str, str]],
-    ) -> set[tuple[str, str]]:
+        self, upserts: list[UserCredential], deletions: list[CredentialKey]
+    ) -> set[CredentialKey]:
         """Apply changes in one transaction; return the deletions that found nothing."""
-        missing: set[tuple[str, str]] = set()
+        missing: set[CredentialKey] = set()
         with self.engine.transaction() as db:
-            for user, mechanism in deletions:
+            for key in deletions:
                 cursor = db.execute(
                     "DELETE FROM scram_credentials WHERE username = ? AND mechanism = ?",
-                    (user, mechanism),
+                    (key.user, key.mechanism),
                 )
                 if cursor.rowcount == 0:
-                    missing.add((user, mechanism))
+                    missing.add(key)
             for user, mechanism, c in upserts:
                 db.execute(
                     "INSERT INTO scram_credentials VALUES (?, ?, ?, ?, ?, ?) "

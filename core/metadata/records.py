@@ -190,6 +190,21 @@ class ScramCredential:
     server_key: bytes
 
 
+class CredentialKey(NamedTuple):
+    """One user's credential for one SCRAM mechanism: what a deletion names."""
+
+    user: str
+    mechanism: str
+
+
+class UserCredential(NamedTuple):
+    """A credential to store (insert or replace) for `user` and `mechanism`."""
+
+    user: str
+    mechanism: str
+    credential: ScramCredential
+
+
 class CredentialInfo(NamedTuple):
     """A user's credential as DescribeUserScramCredentials shows it (no secrets)."""
 
