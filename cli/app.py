@@ -20,8 +20,9 @@ from core.acl.authorizer import Authorizer
 from core.acl.quotas import ClientQuotas
 from core.broker_config import DynamicBrokerConfigs
 from core.compaction import CompactionSettings
-from core.credentials import Credentials, CredentialStore, SQLiteCredentialStore
+from core.credentials import Credentials, CredentialStore
 from core.groups import GroupCoordinator, GroupSettings
+from core.metadata import SQLiteCredentialStore
 from core.store import StoreSettings, StreamStore
 from core.tiering import TierSettings
 from core.txn import TransactionCoordinator
@@ -185,7 +186,7 @@ def _credential_store(settings: Settings) -> CredentialStore:
     """SCRAM users live with the metadata: the shared PostgreSQL of a cluster, else the
     node's metadata.db."""
     if settings.metadata_url:
-        from core.credentials_pg import PostgresCredentialStore  # psycopg only when asked
+        from core.metadata.postgres import PostgresCredentialStore  # psycopg only when asked
 
         return PostgresCredentialStore(settings.metadata_url)
     return SQLiteCredentialStore(os.path.join(settings.data_dir, "metadata.db"))

@@ -19,10 +19,12 @@ from core.credentials import (
     MAX_ITERATIONS,
     MECHANISMS,
     MIN_ITERATIONS,
+    CredentialKey,
     CredentialStore,
-    SQLiteCredentialStore,
+    UserCredential,
     new_credential,
 )
+from core.metadata import SQLiteCredentialStore
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -59,7 +61,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def _open(data_dir: str, metadata: str | None = None) -> CredentialStore:
     if metadata:
-        from core.credentials_pg import PostgresCredentialStore  # psycopg only when asked
+        from core.metadata.postgres import PostgresCredentialStore  # psycopg only when asked
 
         return PostgresCredentialStore(metadata)
     os.makedirs(data_dir, exist_ok=True)
@@ -87,7 +89,10 @@ def _add(args: argparse.Namespace) -> int:
     store = _open(args.data_dir, args.metadata)
     try:
         store.apply(
-            [(args.name, m, new_credential(m, password, args.iterations)) for m in mechanisms],
+            [
+                UserCredential(args.name, m, new_credential(m, password, args.iterations))
+                for m in mechanisms
+            ],
             [],
         )
     finally:
@@ -99,7 +104,7 @@ def _add(args: argparse.Namespace) -> int:
 def _delete(args: argparse.Namespace) -> int:
     store = _open(args.data_dir, args.metadata)
     try:
-        missing = store.apply([], [(args.name, m) for m in MECHANISMS])
+        missing = store.apply([], [CredentialKey(args.name, m) for m in MECHANISMS])
     finally:
         store.close()
     if len(missing) == len(MECHANISMS):
@@ -112,7 +117,7 @@ def _list(args: argparse.Namespace) -> int:
     store = _open(args.data_dir, args.metadata)
     try:
         for user, infos in store.describe(None).items():
-            print(user, " ".join(f"{m}(iterations={i})" for m, i in infos))
+            print(user, " ".join(f"{i.mechanism}(iterations={i.iterations})" for i in infos))
     finally:
         store.close()
     return 0

@@ -5,9 +5,9 @@ iteration count, StoredKey = H(HMAC(SaltedPassword, "Client Key")) and
 ServerKey = HMAC(SaltedPassword, "Server Key"). Kafka's AlterUserScramCredentials sends the
 salted password, so the server never sees a plain one; `streamgate users add` salts locally.
 
-`SQLiteCredentialStore` is blocking (its own connection to metadata.db, a table of its
-own); `Credentials` runs it through the store's metadata worker so the event loop never
-waits on SQLite.
+The rows are kept by the metadata layer (`core.metadata`: `CredentialStore`, blocking, on
+SQLite or PostgreSQL); `Credentials` runs it through the store's metadata worker so the
+event loop never waits on the database.
 """
 
 from __future__ import annotations
@@ -15,11 +15,34 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
-import sqlite3
-import threading
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
+
+from .metadata import (
+    CredentialInfo,
+    CredentialKey,
+    CredentialStore,
+    ScramCredential,
+    UserCredential,
+)
+
+__all__ = [
+    "MAX_ITERATIONS",
+    "MECHANISMS",
+    "MECHANISM_BY_CODE",
+    "MIN_ITERATIONS",
+    "CredentialInfo",
+    "CredentialKey",
+    "CredentialStore",
+    "Credentials",
+    "ScramCredential",
+    "UserCredential",
+    "credential_from_salted",
+    "hash_name",
+    "new_credential",
+    "password_matches",
+    "salt_password",
+]
 
 T = TypeVar("T")
 
@@ -31,26 +54,6 @@ MECHANISMS: dict[str, tuple[int, str]] = {
 MECHANISM_BY_CODE = {code: name for name, (code, _) in MECHANISMS.items()}
 MIN_ITERATIONS = 4096  # Kafka's bounds for both mechanisms
 MAX_ITERATIONS = 16384
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS scram_credentials (
-    user TEXT NOT NULL,
-    mechanism TEXT NOT NULL,
-    salt BLOB NOT NULL,
-    iterations INTEGER NOT NULL,
-    stored_key BLOB NOT NULL,
-    server_key BLOB NOT NULL,
-    PRIMARY KEY (user, mechanism)
-)
-"""
-
-
-@dataclass(frozen=True, slots=True)
-class ScramCredential:
-    salt: bytes
-    iterations: int
-    stored_key: bytes
-    server_key: bytes
 
 
 def hash_name(mechanism: str) -> str:
@@ -89,83 +92,6 @@ def password_matches(mechanism: str, credential: ScramCredential, password: str)
     return hmac.compare_digest(candidate.stored_key, credential.stored_key)
 
 
-class CredentialStore(Protocol):
-    """Blocking credential storage: SQLite here, PostgreSQL in credentials_pg.py."""
-
-    def get(self, user: str, mechanism: str) -> ScramCredential | None: ...
-    def apply(
-        self,
-        upserts: list[tuple[str, str, ScramCredential]],
-        deletions: list[tuple[str, str]],
-    ) -> set[tuple[str, str]]: ...
-    def describe(self, users: list[str] | None) -> dict[str, list[tuple[str, int]]]: ...
-    def close(self) -> None: ...
-
-
-class SQLiteCredentialStore:
-    """The scram_credentials table of metadata.db (blocking; one call at a time)."""
-
-    def __init__(self, path: str) -> None:
-        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
-        self._lock = threading.Lock()
-        with self._lock:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute(_SCHEMA)
-
-    def get(self, user: str, mechanism: str) -> ScramCredential | None:
-        with self._lock:
-            row = self._db.execute(
-                "SELECT salt, iterations, stored_key, server_key FROM scram_credentials"
-                " WHERE user = ? AND mechanism = ?",
-                (user, mechanism),
-            ).fetchone()
-        return None if row is None else ScramCredential(bytes(row[0]), row[1], row[2], row[3])
-
-    def apply(
-        self,
-        upserts: list[tuple[str, str, ScramCredential]],
-        deletions: list[tuple[str, str]],
-    ) -> set[tuple[str, str]]:
-        """Apply changes in one transaction; return the deletions that found nothing."""
-        missing: set[tuple[str, str]] = set()
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                for user, mechanism in deletions:
-                    cursor = self._db.execute(
-                        "DELETE FROM scram_credentials WHERE user = ? AND mechanism = ?",
-                        (user, mechanism),
-                    )
-                    if cursor.rowcount == 0:
-                        missing.add((user, mechanism))
-                for user, mechanism, c in upserts:
-                    self._db.execute(
-                        "INSERT OR REPLACE INTO scram_credentials VALUES (?, ?, ?, ?, ?, ?)",
-                        (user, mechanism, c.salt, c.iterations, c.stored_key, c.server_key),
-                    )
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-        return missing
-
-    def describe(self, users: list[str] | None) -> dict[str, list[tuple[str, int]]]:
-        """user -> [(mechanism, iterations)], for the given users (None: every user)."""
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT user, mechanism, iterations FROM scram_credentials ORDER BY user, mechanism"
-            ).fetchall()
-        result: dict[str, list[tuple[str, int]]] = {}
-        for user, mechanism, iterations in rows:
-            if users is None or user in users:
-                result.setdefault(user, []).append((mechanism, iterations))
-        return result
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
-
-
 class Credentials:
     """The credential store for the event loop: every call runs in the metadata worker."""
 
@@ -182,13 +108,11 @@ class Credentials:
         return result
 
     async def apply(
-        self,
-        upserts: list[tuple[str, str, ScramCredential]],
-        deletions: list[tuple[str, str]],
-    ) -> set[tuple[str, str]]:
-        result: set[tuple[str, str]] = await self._offload(self.backend.apply, upserts, deletions)
+        self, upserts: list[UserCredential], deletions: list[CredentialKey]
+    ) -> set[CredentialKey]:
+        result: set[CredentialKey] = await self._offload(self.backend.apply, upserts, deletions)
         return result
 
-    async def describe(self, users: list[str] | None) -> dict[str, list[tuple[str, int]]]:
-        result: dict[str, list[tuple[str, int]]] = await self._offload(self.backend.describe, users)
+    async def describe(self, users: list[str] | None) -> dict[str, list[CredentialInfo]]:
+        result: dict[str, list[CredentialInfo]] = await self._offload(self.backend.describe, users)
         return result

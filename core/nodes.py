@@ -24,7 +24,7 @@ import trio
 from .cluster_view import CLUSTER
 from .fencing import FENCE
 from .metadata import CommittedOffset
-from .metadata_pg import LeaseError, PostgresMetadataStore
+from .metadata.postgres import LeaseError, PostgresMetadataStore
 from .stream.handover import apply_cluster_segments
 from .topic_sync import reconcile
 

@@ -20,7 +20,13 @@ from .api import PendingRead, ReadResult, ScaleResult, TopicError, validate_topi
 from .cluster_view import CLUSTER
 from .compaction import CompactionSettings, Compactor
 from .errors import ErrorCode
-from .metadata import MetadataStore, SegmentRecord, SQLiteMetadataStore, TopicRecord
+from .metadata import (
+    MetadataStore,
+    SegmentRecord,
+    SQLiteMetadataStore,
+    TopicExistsError,
+    TopicRecord,
+)
 from .metadata_worker import MetadataWorker
 from .scaler import RateMeter, run_scaler
 from .scaling.placement import least_loaded_other, place_segments
@@ -103,7 +109,7 @@ class StreamStore:
                 f"placement must be one of {', '.join(PLACEMENTS)}, got {self.settings.placement!r}"
             )
         if self.settings.metadata_url:
-            from .metadata_pg import PostgresMetadataStore  # psycopg only when asked for
+            from .metadata.postgres import PostgresMetadataStore  # psycopg only when asked for
 
             pg = PostgresMetadataStore(self.settings.metadata_url, self.settings.node_id)
             metadata: MetadataStore = pg
@@ -232,7 +238,7 @@ class StreamStore:
         self._scale(stream, decision.seal, decision.new_ranges, f"policy: {decision.reason}")
 
     async def _split_to(self, stream: Stream, decision: Decision, target: int) -> None:
-        from .metadata_pg import PostgresMetadataStore
+        from .metadata.postgres import PostgresMetadataStore
 
         pg = self.metadata
         assert isinstance(pg, PostgresMetadataStore)
@@ -309,7 +315,7 @@ class StreamStore:
         or split it into `parts` successors, the last one on `to_node` and the others
         here. ScaleError / TopicError when refused (docs/several-nodes.md "Placement and moving
         segments")."""
-        from .metadata_pg import PostgresMetadataStore
+        from .metadata.postgres import PostgresMetadataStore
 
         stream = self._existing(name)
         pg = self.metadata
@@ -377,20 +383,23 @@ class StreamStore:
             checked,
             segments=[SegmentRecord(0, 0, 0, partitions - 1)],
         )
-        if CLUSTER.enabled and self.settings.placement == "least-loaded":
-            self._create_placed(record)
-        else:
-            self.metadata.create_topic(record)
-            if CLUSTER.enabled:  # led here at once, before the next sync says so
-                CLUSTER.set_segments(name, [(0, 0, partitions - 1, CLUSTER.node_id)])
-                CLUSTER.touch(name)
+        try:
+            if CLUSTER.enabled and self.settings.placement == "least-loaded":
+                self._create_placed(record)
+            else:
+                self.metadata.create_topic(record)
+                if CLUSTER.enabled:  # led here at once, before the next sync says so
+                    CLUSTER.set_segments(name, [(0, 0, partitions - 1, CLUSTER.node_id)])
+                    CLUSTER.touch(name)
+        except TopicExistsError as exc:  # another node created it first
+            raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, str(exc)) from None
         log.info("created topic %s with %d partitions", name, partitions)
         return self._open_stream(record)
 
     def _create_placed(self, record: TopicRecord) -> None:
         """Several nodes: min(partitions, live nodes) segments with contiguous partition
         ranges, each on a live node, least loaded (fewest open segments) first."""
-        from .metadata_pg import PostgresMetadataStore
+        from .metadata.postgres import PostgresMetadataStore
 
         pg = self.metadata
         assert isinstance(pg, PostgresMetadataStore)

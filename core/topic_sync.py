@@ -16,9 +16,10 @@ meanwhile are not put back to the older ones read.
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
+
+from .metadata import TopicHead
 
 if TYPE_CHECKING:
     from .store import StreamStore
@@ -26,8 +27,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# name -> (topic id, partition count, configs)
-TopicHeads = dict[str, tuple[uuid.UUID, int, dict[str, str]]]
+TopicHeads = dict[str, TopicHead]  # name -> its head row
 
 
 async def reconcile(store: StreamStore, read_heads: Callable[[], Awaitable[TopicHeads]]) -> None:
@@ -40,11 +40,11 @@ async def reconcile(store: StreamStore, read_heads: Callable[[], Awaitable[Topic
         if store.streams.get(name) is not stream:
             continue  # deleted or replaced here meanwhile
         head = heads.get(name)
-        if head is None or head[0] != stream.topic_id:
+        if head is None or head.topic_id != stream.topic_id:
             why = "deleted" if head is None else "deleted and created again"
             await store.forget_topic(name, f"{why} on another node")
             continue
-        _, partitions, configs = head
+        partitions, configs = head.partitions, head.configs
         if partitions > stream.partition_count:
             try:
                 stream.grow_partitions(partitions)

@@ -12,31 +12,12 @@ from pathlib import Path
 import psycopg
 from confluent_kafka import Consumer, Producer
 
-from core.credentials import MECHANISMS, new_credential
-from core.credentials_pg import PostgresCredentialStore
+from core.credentials import MECHANISMS
 from harness.gateway import Gateway
 from harness.ports import free_port
 from tests.nodes_fixtures import gateway_args, pg_url, postgres, requires_postgres  # noqa: F401
 
 pytestmark = requires_postgres
-
-
-def test_credential_store_round_trip(pg_url: str) -> None:  # noqa: F811
-    store = PostgresCredentialStore(pg_url)
-    a = new_credential("SCRAM-SHA-256", "pw-a")
-    b = new_credential("SCRAM-SHA-512", "pw-b", 8192)
-    assert store.apply([("alice", "SCRAM-SHA-256", a), ("bob", "SCRAM-SHA-512", b)], []) == set()
-    assert store.get("alice", "SCRAM-SHA-256") == a
-    assert store.get("alice", "SCRAM-SHA-512") is None
-    assert store.describe(None) == {
-        "alice": [("SCRAM-SHA-256", 4096)],
-        "bob": [("SCRAM-SHA-512", 8192)],
-    }
-    missing = store.apply([("alice", "SCRAM-SHA-256", b)], [("bob", "SCRAM-SHA-512"), ("x", "y")])
-    assert missing == {("x", "y")}
-    assert store.get("alice", "SCRAM-SHA-256") == b
-    assert store.describe(["bob"]) == {}
-    store.close()
 
 
 def test_users_added_to_postgres_log_in_on_a_node(tmp_path: Path, pg_url: str) -> None:  # noqa: F811

@@ -340,7 +340,7 @@ def test_hand_over_is_a_compare_and_set_on_the_owner(pg_url: str) -> None:  # no
     import uuid
 
     from core.metadata import SegmentRecord, TopicRecord
-    from core.metadata_pg import PostgresMetadataStore
+    from core.metadata.postgres import PostgresMetadataStore
 
     db = PostgresMetadataStore(pg_url, node_id=1)
     try:

@@ -1,14 +1,10 @@
 """Unit tests (no server) of the saved open transactions that let a restart see a
 transaction whose first batches were trimmed from tier 1: the snapshot a chunk commit
-saves, its SQLite table (a late, older snapshot never replaces a newer one), and how a
-restart merges it with what tier-1 replay found."""
+saves and how a restart merges it with what tier-1 replay found (the stored snapshots,
+where a late, older one never replaces a newer one: tests/test_metadata_store.py)."""
 
 from __future__ import annotations
 
-import uuid
-from pathlib import Path
-
-from core.metadata import OpenTxnSnapshot, SegmentRecord, SQLiteMetadataStore, TopicRecord
 from core.partition_txns import PartitionTxns
 
 
@@ -39,23 +35,3 @@ def test_restore_after_replay() -> None:
     # and a later abort marker covers the whole range, trimmed part included
     aborted = txns.on_marker(9, 50, commit=False)
     assert aborted is not None and aborted.first_offset == 3
-
-
-def test_sqlite_open_txns_newest_snapshot_wins(tmp_path: Path) -> None:
-    store = SQLiteMetadataStore(str(tmp_path / "meta.db"))
-    try:
-        store.create_topic(TopicRecord("t", uuid.uuid4(), 2, segments=[SegmentRecord(1, 0, 0, 1)]))
-        store.save_open_txns("t", [OpenTxnSnapshot(0, 100, {7: 10, 8: 50})])
-        store.save_open_txns("t", [OpenTxnSnapshot(1, 30, {9: 5})])
-        assert sorted(store.load_open_txns("t")) == [(0, 7, 10), (0, 8, 50), (1, 9, 5)]
-        # a newer snapshot of partition 0 replaces its rows (7 committed meanwhile)
-        store.save_open_txns("t", [OpenTxnSnapshot(0, 120, {8: 50})])
-        # an older one committed late changes nothing
-        store.save_open_txns("t", [OpenTxnSnapshot(0, 90, {7: 10, 8: 50})])
-        assert sorted(store.load_open_txns("t")) == [(0, 8, 50), (1, 9, 5)]
-        store.save_open_txns("t", [OpenTxnSnapshot(1, 60, {})])
-        assert store.load_open_txns("t") == [(0, 8, 50)]
-        store.delete_topic("t")
-        assert store.load_open_txns("t") == []
-    finally:
-        store.close()

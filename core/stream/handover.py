@@ -37,7 +37,7 @@ from .ownership import Ownership, scale
 from .stats import SegmentStats
 
 if TYPE_CHECKING:
-    from ..metadata_pg import PostgresMetadataStore
+    from ..metadata.postgres import PostgresMetadataStore
     from .stream import Stream
 
 log = logging.getLogger(__name__)
@@ -154,7 +154,7 @@ async def _settle(
         except Exception as exc:  # still unreachable: the lease decides this node's fate
             log.warning("topic %s: hand-over outcome unknown yet: %s", stream.name, exc)
             await trio.sleep(0.5)
-    if any(record.sealed for record, _owner in rows if record.segment_id in set(seal)):
+    if any(r.segment.sealed for r in rows if r.segment.segment_id in set(seal)):
         await _refresh(stream, db, call)  # also records the successors' owners
         CLUSTER.touch(stream.name)  # leaders: from the next sync
 
@@ -168,8 +168,10 @@ async def apply_cluster_segments(
     versions = {name: CLUSTER.version(name) for name in streams}
     rows = await call(db.open_segments)
     by_topic: dict[str, list[tuple[int, int, int, int]]] = {}
-    for topic, sid, first, last, node in rows:
-        by_topic.setdefault(topic, []).append((sid, first, last, node))
+    for s in rows:
+        by_topic.setdefault(s.topic, []).append(
+            (s.segment_id, s.first_partition, s.last_partition, s.owner_node)
+        )
     for name, segments in by_topic.items():
         stream = streams.get(name)
         if stream is None or stream.deleted or name in CLUSTER.moving:
@@ -191,7 +193,9 @@ async def _refresh(stream: Stream, db: PostgresMetadataStore, call: Call) -> Non
     rows = await call(db.load_segments, name)
     open_here = {sid for _f, _l, sid in stream.owners()}
     taken = [
-        r for r, owner in rows if not r.sealed and owner == me and r.segment_id not in open_here
+        r.segment
+        for r in rows
+        if not r.segment.sealed and r.owner_node == me and r.segment.segment_id not in open_here
     ]
     partitions = {p for r in taken for p in range(r.first_partition, r.last_partition + 1)}
     chunks, producers, log_starts, aborted, compacted = [], [], {}, [], {}
@@ -230,9 +234,9 @@ async def _refresh(stream: Stream, db: PostgresMetadataStore, call: Call) -> Non
     for index in sorted(partitions):
         partition = _load_partition(stream, index, chunks, producers, log_starts.get(index, 0))
         partition.compacted_end = max(partition.compacted_end, compacted.get(index, 0))
-        for p_index, producer_id, first, last in aborted:
-            if p_index == index:
-                partition.restore_aborted(producer_id, first, last)
+        for a in aborted:
+            if a.partition == index:
+                partition.restore_aborted(a.producer_id, a.first_offset, a.last_offset)
     if taken:
         log.info(
             "topic %s: took over segments %s (partitions %d-%d)",

@@ -68,10 +68,11 @@ def open_segments(stream: Stream) -> list[SegmentLog]:
             stream.partition(saved.partition).restore_producer(
                 saved.producer_id, saved.epoch, saved.batches
             )
-        for partition_index, producer_id, first, last in stream.metadata.load_aborted_txns(
-            stream.name
-        ):  # aborted transactions whose data may be in tier 2 only
-            stream.partition(partition_index).restore_aborted(producer_id, first, last)
+        # aborted transactions whose data may be in tier 2 only
+        for a in stream.metadata.load_aborted_txns(stream.name):
+            stream.partition(a.partition).restore_aborted(
+                a.producer_id, a.first_offset, a.last_offset
+            )
     now = time.monotonic()
     for seg in sorted(stream.record.segments, key=lambda s: s.segment_id):
         segment = stream.new_log(
@@ -93,9 +94,9 @@ def open_segments(stream: Stream) -> list[SegmentLog]:
         partition.high_watermark = partition.next_offset
     if stream.metadata is not None:
         # open transactions whose first batches may have been trimmed from tier 1
-        for partition_index, producer_id, first in stream.metadata.load_open_txns(stream.name):
-            if stream.has_partition(partition_index):
-                stream.partition(partition_index).restore_open_txn(producer_id, first)
+        for txn in stream.metadata.load_open_txns(stream.name):
+            if stream.has_partition(txn.partition):
+                stream.partition(txn.partition).restore_open_txn(txn.producer_id, txn.first_offset)
     return [stream.segments[segment_id] for _f, _l, segment_id in stream.owners()]
 
 

@@ -28,7 +28,7 @@ import trio
 
 from ..api import AppendResult, StoreError
 from ..errors import ErrorCode
-from ..metadata import CommittedOffset, MetadataStore, TxnRecord
+from ..metadata import AbortedTxn, CommittedOffset, MetadataStore, TxnRecord
 from ..metadata_worker import MetadataWorker
 from ..recordbatch import RecordBatchError, build_control_batch, read_batch_header
 from .state import (
@@ -327,7 +327,7 @@ class TransactionCoordinator:
                     continue  # the topic was deleted meanwhile: nothing to mark
                 waits.append((topic, index, stream.start_marker(index, marker)))
             failed = []
-            aborted: dict[str, list[tuple[int, int, int, int]]] = {}
+            aborted: dict[str, list[AbortedTxn]] = {}
             for topic, index, started in waits:
                 result = started if isinstance(started, AppendResult) else await started.wait()
                 if result.error:
@@ -351,16 +351,14 @@ class TransactionCoordinator:
                 )
                 await trio.sleep(_MARKER_RETRY_S)
 
-    def _aborted_at(
-        self, topic: str, index: int, marker_offset: int
-    ) -> tuple[int, int, int, int] | None:
+    def _aborted_at(self, topic: str, index: int, marker_offset: int) -> AbortedTxn | None:
         stream = self._store.streams.get(topic)
         if stream is None:
             return None
         txns = stream.partition(index).txns
         for entry in reversed(txns.aborted if txns is not None else []):
             if entry.last_offset == marker_offset:
-                return (index, entry.producer_id, entry.first_offset, entry.last_offset)
+                return AbortedTxn(index, entry.producer_id, entry.first_offset, entry.last_offset)
         return None
 
     async def _resume(self, transactional_id: str) -> None:

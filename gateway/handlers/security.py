@@ -16,7 +16,9 @@ from core.credentials import (
     MECHANISM_BY_CODE,
     MECHANISMS,
     MIN_ITERATIONS,
-    ScramCredential,
+    CredentialInfo,
+    CredentialKey,
+    UserCredential,
     credential_from_salted,
 )
 from core.errors import ErrorCode
@@ -82,14 +84,14 @@ async def describe_user_scram_credentials(
     return {"error_code": ErrorCode.NONE, "error_message": None, "results": results}
 
 
-def _described(user: str, infos: list[tuple[str, int]]) -> dict[str, Any]:
+def _described(user: str, infos: list[CredentialInfo]) -> dict[str, Any]:
     return {
         "user": user,
         "error_code": ErrorCode.NONE,
         "error_message": None,
         "credential_infos": [
-            {"mechanism": MECHANISMS[mechanism][0], "iterations": iterations}
-            for mechanism, iterations in infos
+            {"mechanism": MECHANISMS[info.mechanism][0], "iterations": info.iterations}
+            for info in infos
         ],
     }
 
@@ -113,8 +115,8 @@ async def alter_user_scram_credentials(
     def fail(user: str, code: int, message: str) -> None:
         errors.setdefault(user, (code, message))
 
-    upserts: dict[str, list[tuple[str, str, ScramCredential]]] = defaultdict(list)
-    deletions: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    upserts: dict[str, list[UserCredential]] = defaultdict(list)
+    deletions: dict[str, list[CredentialKey]] = defaultdict(list)
     for item in (*body.deletions, *body.upsertions):
         mechanism = MECHANISM_BY_CODE.get(item.mechanism)
         if not item.name:
@@ -128,7 +130,7 @@ async def alter_user_scram_credentials(
                 "A user credential cannot be altered twice in the same request",
             )
         elif not hasattr(item, "iterations"):  # a deletion
-            deletions[item.name].append((item.name, mechanism))
+            deletions[item.name].append(CredentialKey(item.name, mechanism))
         elif item.iterations < MIN_ITERATIONS:
             fail(item.name, UNACCEPTABLE_CREDENTIAL, f"Too few iterations: {item.iterations}")
         elif item.iterations > MAX_ITERATIONS:
@@ -139,12 +141,12 @@ async def alter_user_scram_credentials(
             credential = credential_from_salted(
                 mechanism, bytes(item.salt), item.iterations, bytes(item.salted_password)
             )
-            upserts[item.name].append((item.name, mechanism, credential))
+            upserts[item.name].append(UserCredential(item.name, mechanism, credential))
     if ctx.credentials is not None:
         existing = await ctx.credentials.describe(list(deletions)) if deletions else {}
-        for user, pairs in deletions.items():
-            stored = {mechanism for mechanism, _ in existing.get(user, [])}
-            if any(mechanism not in stored for _, mechanism in pairs):
+        for user, keys in deletions.items():
+            stored = {info.mechanism for info in existing.get(user, [])}
+            if any(key.mechanism not in stored for key in keys):
                 fail(
                     user,
                     RESOURCE_NOT_FOUND,
