@@ -103,3 +103,27 @@ def test_bench_run_quick_on_streamgate(tmp_path: Path) -> None:
     assert md.startswith("# Apache Kafka 3.5.1 beside streamgate") and "Commit `" in md
     assert "2k/s end-to-end p50 ms" in md
     assert not (tmp_path / "bench-results").exists()  # --out, nothing elsewhere
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected", "left"),
+    [
+        (["--runs", "5", "small-16", "--quick"], {"runs": 5, "quick": True}, []),
+        (["small-16", "--targets", "streamgate"], {"runs": 3, "targets": ["streamgate"]}, []),
+        (
+            ["scenario:groups", "--out", "/x", "--", "--rounds", "1"],
+            {"out": Path("/x")},
+            ["--rounds", "1"],
+        ),
+        (["scenario:groups", "--rounds", "1"], {"out": None}, ["--rounds", "1"]),
+    ],
+)
+def test_run_arguments_before_and_after_the_workload(
+    argv: list[str], expected: dict[str, object], left: list[str]
+) -> None:
+    from cli.main import build_parser
+    from compat.bench.cli import _reparse
+
+    args = build_parser().parse_args(["bench", "run", *argv])
+    assert _reparse(args) == left
+    assert {k: getattr(args, k) for k in expected} == expected

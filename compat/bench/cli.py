@@ -57,30 +57,9 @@ def register(subparsers: Any) -> None:
         "named scenario instead (arguments for it after `--`).",
     )
     run.add_argument("workload", help="a workload file's name, or scenario:NAME")
-    run.add_argument(
-        "--targets",
-        type=_targets,
-        help="comma-separated, of " + ", ".join(workloads.TARGETS) + " (default: each "
-        "workload's own); a workload runs on those it names (streamgate-2n where it names "
-        "streamgate)",
-    )
-    run.add_argument(
-        "--any-target",
-        action="store_true",
-        help="run every workload on every target of --targets, even one it leaves out",
-    )
-    run.add_argument("--runs", type=_positive, default=3, help="runs per target (median)")
-    run.add_argument("--quick", action="store_true", help="the files' [quick] sizes: a smoke test")
-    run.add_argument("--out", type=Path, help="results folder (default: outside the tree)")
-    run.add_argument(
-        "--gateway-arg",
-        action="append",
-        default=[],
-        help="an extra `streamgate serve` argument (repeatable)",
-    )
-    run.add_argument("--progress", choices=PROGRESS_MODES, default="auto")
-    run.add_argument("--keep-data", action="store_true")
-    run.add_argument("extra", nargs="*", help=argparse.SUPPRESS)
+    _add_run_options(run)
+    # the options after WORKLOAD (argparse gives them here), and a scenario's own after --
+    run.add_argument("extra", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     run.set_defaults(run=run_command)
 
     scenario = sub.add_parser("scenario", help="run a named scenario (a compat/ script)")
@@ -91,6 +70,67 @@ def register(subparsers: Any) -> None:
 
     listing = sub.add_parser("list", help="list the workload files and scenarios")
     listing.set_defaults(run=list_command)
+
+
+def _add_run_options(run: argparse.ArgumentParser, suppress: bool = False) -> None:
+    """The options of `bench run`; `suppress`: no defaults (only those given are set)."""
+
+    def default(value: Any) -> Any:
+        return argparse.SUPPRESS if suppress else value
+
+    run.add_argument(
+        "--targets",
+        type=_targets,
+        default=default(None),
+        help="comma-separated, of " + ", ".join(workloads.TARGETS) + " (default: each "
+        "workload's own); a workload runs on those it names (streamgate-2n where it names "
+        "streamgate)",
+    )
+    run.add_argument(
+        "--any-target",
+        action="store_true",
+        default=default(False),
+        help="run every workload on every target of --targets, even one it leaves out",
+    )
+    run.add_argument("--runs", type=_positive, default=default(3), help="runs per target (median)")
+    run.add_argument(
+        "--quick",
+        action="store_true",
+        default=default(False),
+        help="the files' [quick] sizes: a smoke test",
+    )
+    run.add_argument(
+        "--out", type=Path, default=default(None), help="results folder (default: outside the tree)"
+    )
+    run.add_argument(
+        "--gateway-arg",
+        action="append",
+        default=default([]),
+        help="an extra `streamgate serve` argument (repeatable)",
+    )
+    run.add_argument("--progress", choices=PROGRESS_MODES, default=default("auto"))
+    run.add_argument("--keep-data", action="store_true", default=default(False))
+
+
+def _reparse(args: argparse.Namespace) -> list[str]:
+    """Parses `args.extra` (what followed WORKLOAD) into `args`; returns what is left for a
+    scenario: the arguments after `--`, and for a scenario those the runner does not know."""
+    extra = list(args.extra)
+    cut = extra.index("--") if "--" in extra else len(extra)
+    mine, theirs = extra[:cut], extra[cut + 1 :]
+    parser = argparse.ArgumentParser(
+        prog="streamgate bench run", add_help=False, allow_abbrev=False
+    )
+    _add_run_options(parser, suppress=True)
+    if args.workload.startswith(SCENARIO_PREFIX):
+        known, unknown = parser.parse_known_args(mine)
+        theirs = unknown + theirs
+    else:
+        known = parser.parse_args(mine)
+        if theirs:
+            parser.error(f"unexpected arguments for a workload: {theirs}")
+    vars(args).update(vars(known))
+    return theirs
 
 
 def list_command(args: argparse.Namespace) -> int:
@@ -104,15 +144,13 @@ def list_command(args: argparse.Namespace) -> int:
 
 
 def run_command(args: argparse.Namespace) -> int:
+    scenario_args = _reparse(args)
     if args.workload.startswith(SCENARIO_PREFIX):
         name = args.workload[len(SCENARIO_PREFIX) :]
         if name not in SCENARIOS:
             print(f"no scenario {name!r}: choose from {', '.join(sorted(SCENARIOS))}")
             return 2
-        return run_scenario(name, args.out, list(args.extra))
-    if args.extra:
-        print(f"unexpected arguments for a workload: {args.extra}", file=sys.stderr)
-        return 2
+        return run_scenario(name, args.out, scenario_args)
     try:
         found = workloads.expand(args.workload, quick=args.quick)
     except workloads.WorkloadError as exc:
