@@ -57,9 +57,12 @@ lint: $(TEST_STAMP)
 test: $(TEST_STAMP) kcat-installed postgresql-installed java-installed javac-installed mosquitto-installed lint
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=25
 
+# The benchmarks through one runner (docs/performance.md); results go to ./bench-results/
+# (or $STREAMGATE_RESULTS), not into the source tree. `make bench BENCH_ARGS=--quick`.
+BENCH_ARGS ?=
 bench: $(TEST_STAMP) java-installed
-	$(BIN)/python compat/bench_throughput.py
-	$(BIN)/python compat/bench_kafka_vs_streamgate.py
+	$(BIN)/streamgate bench run scenario:throughput
+	$(BIN)/streamgate bench run kafka-vs-streamgate-all $(BENCH_ARGS)
 
 # Java 17 runs Spark (the Spark tests) and Kafka's broker and tools (side-by-side tests, the
 # compat matrix's Java column); without a Kafka distribution those tests skip saying so.
@@ -69,7 +72,8 @@ java-installed:
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq openjdk-17-jre-headless; }
 
 # The compatibility matrix: every client against a fresh streamgate and Apache Kafka side by
-# side (compat/results/compat_matrix.{md,json}). `make compat COMPAT_ARGS=` skips Kafka.
+# side (./bench-results/compat-<time>/compat_matrix.{md,json}; the published scorecard is
+# compat/results/: add `--output-dir compat/results`). `make compat COMPAT_ARGS=` skips Kafka.
 COMPAT_ARGS ?= --kafka
 compat: $(TEST_STAMP) kcat-installed java-installed
 	$(BIN)/streamgate compat run --streamgate $(COMPAT_ARGS)

@@ -20,6 +20,7 @@ PLUGINS: tuple[str, ...] = (
     "cli.users",
     "bridge.cli",
     "compat.cli",
+    "compat.bench.cli",
 )
 
 

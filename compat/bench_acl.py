@@ -9,7 +9,7 @@
   3 x 1 s, so the burst allowance is 2 x Q).
 
 Each managed gateway is a fresh `streamgate serve` (STREAMGATE_TEST_PRINCIPAL_FROM_CLIENT_ID=1
-maps client ids to principals, as in the tests). Results: compat/results/acl.json.
+maps client ids to principals, as in the tests). Results: bench-results/<run>/acl.json.
 """
 
 from __future__ import annotations
@@ -40,8 +40,9 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from harness.gateway import Gateway  # noqa: E402
 from harness.provenance import provenance  # noqa: E402
+from harness.results import results_dir  # noqa: E402
 
-DEFAULT_OUTPUT = REPO_ROOT / "compat" / "results" / "acl.json"
+DEFAULT_OUTPUT = results_dir("acl") / "acl.json"
 ENV = {"STREAMGATE_TEST_PRINCIPAL_FROM_CLIENT_ID": "1"}
 TIMEOUT = 60
 
@@ -197,7 +198,7 @@ def quota_run(gw: Gateway, quota: int) -> dict[str, Any]:
     }
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=100_000)
     parser.add_argument("--topics", type=int, default=300)
@@ -206,7 +207,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--quotas", default="100000,400000")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     results: dict[str, Any] = {
         "provenance": provenance(),
         "settings": vars(args) | {"output": str(args.output)},

@@ -8,7 +8,7 @@ time). Two phases:
 - paced: `--paced-rate` messages/s in total for `--paced-seconds`; latency from MQTT
   publish to the consumer seeing the record, p50/p99 (also reported for the burst).
 The consumer runs in its own process (no GIL shared with 1,000 device clients). The result
-JSON (with provenance) goes to compat/results/bridge.json.
+JSON (with provenance) goes to bench-results/<run>/bridge.json.
 """
 
 from __future__ import annotations
@@ -34,8 +34,9 @@ from harness.bridge import MqttBridge  # noqa: E402
 from harness.gateway import Gateway  # noqa: E402
 from harness.mosquitto import Mosquitto  # noqa: E402
 from harness.provenance import provenance  # noqa: E402
+from harness.results import results_dir  # noqa: E402
 
-DEFAULT_OUTPUT = REPO_ROOT / "compat" / "results" / "bridge.json"
+DEFAULT_OUTPUT = results_dir("bridge") / "bridge.json"
 
 
 def consume(bootstrap: str, topic: str, expect: int, out: Any, ready: Any) -> None:
@@ -223,7 +224,7 @@ def run_phase(
     return result
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--devices", type=int, default=1000)
     p.add_argument("--per-device", type=int, default=20)
@@ -232,7 +233,7 @@ def main() -> int:
     p.add_argument("--paced-seconds", type=float, default=10.0)
     p.add_argument("--mqtt-version", default="5")
     p.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
-    args = p.parse_args()
+    args = p.parse_args(argv)
     base = Path(tempfile.mkdtemp(prefix="bench-bridge-"))
     gw = Gateway(base / "data", base / "gw.log", default_partitions=8)
     broker = Mosquitto(base / "mq")

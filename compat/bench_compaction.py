@@ -15,7 +15,7 @@ min.cleanable.dirty.ratio=0.01 so one cleaning pass covers everything sealed). T
 2. **read**: a confluent-kafka consumer reads each topic from offset 0 to its end; records
    and MB per second.
 
-Writes compat/results/compaction.json with provenance. Kafka is skipped (and says why) when
+Writes bench-results/<run>/compaction.json with provenance. Kafka is skipped (and says why) when
 ../shared/kafka or Java is missing.
 """
 
@@ -47,6 +47,7 @@ sys.path.insert(0, str(REPO_ROOT))
 from harness.gateway import Gateway  # noqa: E402
 from harness.kafka import KafkaBroker, unavailable_reason  # noqa: E402
 from harness.provenance import provenance  # noqa: E402
+from harness.results import results_dir  # noqa: E402
 
 MB = 1_000_000
 
@@ -261,14 +262,14 @@ def bench_kafka(work: Path, args: argparse.Namespace) -> dict[str, Any]:
         broker.stop()
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--updates", type=int, default=1_000_000)
     parser.add_argument("--keys", type=int, default=10_000)
     parser.add_argument("--value-bytes", type=int, default=100)
     parser.add_argument("--skip-kafka", action="store_true")
-    parser.add_argument("--out", default=str(REPO_ROOT / "compat" / "results" / "compaction.json"))
-    args = parser.parse_args()
+    parser.add_argument("--out", default=str(results_dir("compaction") / "compaction.json"))
+    args = parser.parse_args(argv)
     result: dict[str, Any] = {
         "provenance": provenance(sys.argv),
         "workload": {"updates": args.updates, "keys": args.keys, "value_bytes": args.value_bytes},

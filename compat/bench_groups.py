@@ -11,7 +11,7 @@
 By default a fresh `streamgate serve` is started on a free loopback port with a temporary
 data dir; `--bootstrap HOST:PORT` measures a server that is already running instead (for a
 comparison with Apache Kafka, whose group.initial.rebalance.delay.ms is 3 s by default).
-Results are printed as a table and written as JSON (compat/results/groups.json).
+Results are printed as a table and written as JSON (bench-results/<run>/groups.json).
 """
 
 from __future__ import annotations
@@ -40,8 +40,9 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from compat.benchlib.report import code_state, environment, log_problems, write_report  # noqa: E402
 from harness.gateway import Gateway  # noqa: E402
+from harness.results import results_dir  # noqa: E402
 
-DEFAULT_OUTPUT = REPO_ROOT / "compat" / "results" / "groups.json"
+DEFAULT_OUTPUT = results_dir("groups") / "groups.json"
 
 
 def build_parser() -> argparse.ArgumentParser:

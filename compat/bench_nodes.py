@@ -16,7 +16,7 @@
   its backoff and the killed incarnation's lease); we time kill -> first acknowledged record
   after the restart, per lease length.
 
-Results: a table and JSON with provenance (compat/results/nodes.json).
+Results: a table and JSON with provenance (bench-results/<run>/nodes.json).
 """
 
 from __future__ import annotations
@@ -45,8 +45,9 @@ from harness.gateway import Gateway  # noqa: E402
 from harness.nodes_cluster import NodesCluster  # noqa: E402
 from harness.postgres import PostgresServer  # noqa: E402
 from harness.provenance import provenance  # noqa: E402
+from harness.results import results_dir  # noqa: E402
 
-DEFAULT_OUTPUT = REPO_ROOT / "compat" / "results" / "nodes.json"
+DEFAULT_OUTPUT = results_dir("nodes") / "nodes.json"
 PARTITIONS = 3
 
 
@@ -353,7 +354,7 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=50_000)
     parser.add_argument("--size", type=int, default=100)
@@ -364,7 +365,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="scale-out rounds (median)")
     parser.add_argument("--skip-metadata-compare", action="store_true")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="bench-nodes-"))
     work.chmod(0o755)  # as root, PostgreSQL runs as the postgres user
     result: dict[str, Any] = {

@@ -7,7 +7,7 @@ Measures, each against a fresh `streamgate serve` on a free port with a temporar
    time to restart with them;
 3. Metadata for a 5,000-partition topic (client round trip);
 4. the time a split or merge takes: in-process `Stream.scale` and the HTTP round trip.
-Prints a table and writes compat/results/scaling.json.
+Prints a table and writes bench-results/<run>/scaling.json.
 """
 
 from __future__ import annotations
@@ -36,8 +36,9 @@ from compat.benchlib.report import write_report  # noqa: E402
 from core.store import StoreSettings, StreamStore  # noqa: E402
 from harness.gateway import Gateway  # noqa: E402
 from harness.procstats import proc_status_kib  # noqa: E402
+from harness.results import results_dir  # noqa: E402
 
-OUTPUT = REPO_ROOT / "compat" / "results" / "scaling.json"
+OUTPUT = results_dir("scaling") / "scaling.json"
 FLUSH_TIMEOUT = 300.0
 # loopback only: an HTTP(S)_PROXY of the environment must not see these requests
 _HTTP = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -231,14 +232,14 @@ def scale_timing(workdir: str, rounds: int) -> dict[str, Any]:
     }
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=100_000)
     parser.add_argument("--record-bytes", type=int, default=1024)
     parser.add_argument("--partitions", default="10,100,1000,5000")
     parser.add_argument("--scale-rounds", type=int, default=20)
     parser.add_argument("--output", type=Path, default=OUTPUT)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     workdir = tempfile.mkdtemp(prefix="bench-scaling-")
     try:
         throughput = [

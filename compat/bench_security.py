@@ -33,9 +33,10 @@ sys.path.insert(0, str(REPO_ROOT))
 from harness.gateway import Gateway  # noqa: E402
 from harness.ports import free_port  # noqa: E402
 from harness.provenance import provenance  # noqa: E402
+from harness.results import results_dir  # noqa: E402
 from harness.security import Certs, SecureListeners, add_scram_user, make_certs  # noqa: E402
 
-DEFAULT_OUTPUT = REPO_ROOT / "compat" / "results" / "security.json"
+DEFAULT_OUTPUT = results_dir("security") / "security.json"
 MB = 1024 * 1024
 USER, PASSWORD = "bench", "bench-secret"
 
@@ -248,13 +249,13 @@ def summarize(results: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     }
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mb", type=int, default=64, help="MB produced per run (default 64)")
     parser.add_argument("--kafka", action="store_true", help="also measure Kafka 3.5.1 alike")
     parser.add_argument("--repeat", type=int, default=1, help="runs per server (default 1)")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     results = []
     # Alternating runs: the shared machine's noise hits both servers alike.
     for run in range(args.repeat):

@@ -13,7 +13,7 @@ segment is handed back and forth between the nodes (`POST /streams/TOPIC/move`) 
   acknowledged after the commit, i.e. written by the new owner (it includes the new
   owner's sync period, 0.5 s, and the client's metadata refresh and retry backoff).
 
-Results: a table and JSON with provenance (compat/results/segment_move.json).
+Results: a table and JSON with provenance (bench-results/<run>/segment_move.json).
 """
 
 from __future__ import annotations
@@ -39,8 +39,9 @@ sys.path.insert(0, str(REPO_ROOT))
 from harness.gateway import Gateway  # noqa: E402
 from harness.postgres import PostgresServer  # noqa: E402
 from harness.provenance import provenance  # noqa: E402
+from harness.results import results_dir  # noqa: E402
 
-DEFAULT_OUTPUT = REPO_ROOT / "compat" / "results" / "segment_move.json"
+DEFAULT_OUTPUT = results_dir("segment_move") / "segment_move.json"
 TOPIC = "move-bench"
 
 
@@ -184,14 +185,14 @@ def run(work: Path, rounds: int, interval: float, partitions: int, size: int) ->
         pg.close()
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--interval", type=float, default=2.0, help="seconds between moves")
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="bench-segmove-"))
     result = {"provenance": provenance(sys.argv)}
     result.update(run(work, args.rounds, args.interval, args.partitions, args.size))

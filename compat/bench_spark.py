@@ -17,7 +17,7 @@ produce side differs in durability; the figures here are read / processing figur
 
     .venv/bin/python compat/bench_spark.py [--mib 1024] [--readings 200000] [--output PATH]
 
-Writes compat/results/spark.json (with the provenance: commit, command, machine).
+Writes bench-results/<run>/spark.json (with the provenance: commit, command, machine).
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ sys.path.insert(0, str(REPO))
 from harness import kafka as harness_kafka  # noqa: E402
 from harness.gateway import Gateway  # noqa: E402
 from harness.provenance import provenance  # noqa: E402
+from harness.results import results_dir  # noqa: E402
 from spark_examples import generator, iot_pipeline  # noqa: E402
 from spark_examples.session import build_session, unavailable_reason  # noqa: E402
 
@@ -194,7 +195,7 @@ def timed(label: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     return result
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mib", type=int, default=1024, help="history replayed (default 1 GiB)")
     ap.add_argument("--readings", type=int, default=200_000)
@@ -207,8 +208,8 @@ def main() -> int:
         help="a first, unmeasured pipeline run (JIT, code generation)",
     )
     ap.add_argument("--skip-kafka", action="store_true")
-    ap.add_argument("--output", type=Path, default=REPO / "compat/results/spark.json")
-    args = ap.parse_args()
+    ap.add_argument("--output", type=Path, default=results_dir("spark") / "spark.json")
+    args = ap.parse_args(argv)
     why = unavailable_reason()
     if why:
         print(f"cannot run: {why}")

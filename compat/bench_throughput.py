@@ -45,8 +45,9 @@ from compat.benchlib.report import code_state, environment, log_problems, write_
 from compat.benchlib.topics import create_topic, delete_topic  # noqa: E402
 from harness.gateway import Gateway  # noqa: E402
 from harness.procstats import CpuMeter, CpuUsage  # noqa: E402
+from harness.results import results_dir  # noqa: E402
 
-DEFAULT_OUTPUT = REPO_ROOT / "compat" / "results" / "throughput.json"
+DEFAULT_OUTPUT = results_dir("throughput") / "throughput.json"
 MB = 1024 * 1024  # kafka-producer-perf-test's MB, so figures compare directly
 
 Report = dict[str, Any]
@@ -212,7 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         default=DEFAULT_OUTPUT,
         metavar="PATH",
-        help="where the JSON figures go (default: compat/results/throughput.json)",
+        help="where the JSON figures go (default: bench-results/<run>/throughput.json)",
     )
     return parser
 

@@ -16,8 +16,8 @@ admin endpoint on so /tier can be sampled):
    tier-2 uploads going on in the background.
 
 Each run also records the local disk used (du of DATA/streams), the bytes in tier 2 and the
-gateway's peak RSS. Prints tables, writes compat/results/tier2.json and, with matplotlib,
-compat/results/tier2_upload_lag.png. See compat/README.md ("Tier 2").
+gateway's peak RSS. Prints tables, writes bench-results/<run>/tier2.json and, with matplotlib,
+bench-results/<run>/tier2_upload_lag.png. See compat/README.md ("Tier 2").
 """
 
 from __future__ import annotations
@@ -67,9 +67,11 @@ from compat.benchlib.tier import (  # noqa: E402
 )
 from compat.benchlib.topics import create_topic  # noqa: E402
 from harness.procstats import CpuMeter  # noqa: E402
+from harness.results import results_dir  # noqa: E402
 
-DEFAULT_OUTPUT = REPO_ROOT / "compat" / "results" / "tier2.json"
-DEFAULT_PLOT = REPO_ROOT / "compat" / "results" / "tier2_upload_lag.png"
+DEFAULT_DIR = results_dir("tier2")  # outside the source tree (harness/results.py)
+DEFAULT_OUTPUT = DEFAULT_DIR / "tier2.json"
+DEFAULT_PLOT = DEFAULT_DIR / "tier2_upload_lag.png"
 MIB = 1024 * 1024
 HAVE_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
 BACKENDS = ("folder", "s3")
@@ -264,7 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         default=DEFAULT_OUTPUT,
         metavar="PATH",
-        help="JSON results (default: compat/results/tier2.json)",
+        help="JSON results (default: bench-results/<run>/tier2.json)",
     )
     add(
         "--plot",
@@ -272,7 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_PLOT,
         metavar="PATH",
         help="PNG of tier1_pending_bytes over time (default: "
-        "compat/results/tier2_upload_lag.png; needs matplotlib)",
+        "bench-results/<run>/tier2_upload_lag.png; needs matplotlib)",
     )
     return parser
 

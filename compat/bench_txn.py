@@ -10,7 +10,7 @@ Each target is measured on a fresh streamgate (a temporary data dir) and, when
 `../shared/kafka` and Java are there, on a single-node Apache Kafka 3.5.1 with its default
 durability (acks=all answered from the page cache) and with log.flush.interval.messages=1
 (an fsync per message, like streamgate's acks). Short runs: the machine is shared.
-Results are printed and written as JSON with provenance (compat/results/txn.json).
+Results are printed and written as JSON with provenance (bench-results/<run>/txn.json).
 """
 
 from __future__ import annotations
@@ -33,8 +33,9 @@ sys.path.insert(0, str(REPO_ROOT))
 from compat.benchlib.report import environment, log_problems, write_report  # noqa: E402
 from harness import kafka as kafka_harness  # noqa: E402
 from harness.gateway import Gateway  # noqa: E402
+from harness.results import results_dir  # noqa: E402
 
-DEFAULT_OUTPUT = REPO_ROOT / "compat" / "results" / "txn.json"
+DEFAULT_OUTPUT = results_dir("txn") / "txn.json"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -139,8 +140,8 @@ def measure(bootstrap: str, args: argparse.Namespace) -> dict[str, Any]:
     return rows
 
 
-def main() -> None:
-    args = build_parser().parse_args()
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     report: dict[str, Any] = {
         "settings": {k: str(v) for k, v in vars(args).items()},
         "environment": environment(),

@@ -14,8 +14,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from harness.results import results_dir
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_OUT = REPO_ROOT / "compat" / "results"
+# The published scorecard is compat/results/ (`--output-dir compat/results` to update it);
+# a run writes outside the source tree unless told (harness/results.py).
+PUBLISHED_OUT = REPO_ROOT / "compat" / "results"
 
 
 def register(subparsers: Any) -> None:
@@ -52,7 +56,12 @@ def register(subparsers: Any) -> None:
         default=90.0,
         help="seconds before a cell is killed and failed (default 90)",
     )
-    run.add_argument("--output-dir", type=Path, default=DEFAULT_OUT)
+    run.add_argument(
+        "--output-dir",
+        type=Path,
+        help="where the Markdown and JSON go (default: $STREAMGATE_RESULTS/compat-<time>/ or "
+        "./bench-results/compat-<time>/; the published scorecard is compat/results/)",
+    )
     run.add_argument("--stem", default="compat_matrix", help="output file name stem")
     run.add_argument(
         "--gateway-arg",
@@ -167,7 +176,8 @@ def run_command(args: argparse.Namespace) -> int:
             )
         names = {t.name: t.bootstrap for t in targets}
     report.print_table(results, rows, columns, list(names))
-    md, js = report.write(args.output_dir, args.stem, results, rows, columns, names, provenance())
+    output_dir = args.output_dir or results_dir("compat")
+    md, js = report.write(output_dir, args.stem, results, rows, columns, names, provenance())
     print(f"wrote {md} and {js}")
     if args.allowlist:
         entries = read_allowlist(args.allowlist)

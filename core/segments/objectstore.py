@@ -144,7 +144,7 @@ def _makedirs_durable(path: str) -> None:
 # (what acknowledgements wait for) on the same disk wait behind it. Measured on this
 # project's 2-core VM, a 128 KiB append + fsync in a loop while 8 MiB files are written
 # beside it: p99 3.6-4.4 -> 1.8-2.2 ms, p99.9 20-21 -> 7-9 ms, stalls over 20 ms 11-15 per
-# 6 s -> none (`compat/probe_fsync_beside_chunks.py`).
+# 6 s -> none (`tools/probes/fsync_beside_chunks.py`).
 SYNC_STEP_BYTES = 512 * 1024
 
 

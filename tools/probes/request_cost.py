@@ -8,7 +8,7 @@ Reports the round-trip p50/p90/p99 and the gateway's CPU milliseconds per reques
 median of `--runs` runs per tree, trees alternating so the machine's noise hits them alike.
 No client library sits in the measurement (librdkafka's own timers quantise its latencies).
 
-    python compat/probe_request_cost.py --tree . --tree /tmp/base --runs 3
+    python -m tools.probes.request_cost --tree . --tree /tmp/base --runs 3
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ another writes an 8 MiB chunk every 150 ms in one of three ways, alternating run
 and reports the appends' fsyncs per second, p50 / p99 / p99.9 / max, and how many stalled
 over 20 ms.
 
-    python compat/probe_fsync_beside_chunks.py [--runs 3] [--seconds 6] [--dir DATA_DISK_DIR]
+    python -m tools.probes.fsync_beside_chunks [--runs 3] [--seconds 6] [--dir DATA_DISK_DIR]
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ delivery latency p50/p99 and the gateway's CPU milliseconds per produce request.
 answered per durable group), and the CPU per produce request then includes those fetches.
 Trees alternate run by run so the machine's noise hits them alike.
 
-    python compat/probe_produce_latency.py --tree . --tree /tmp/base --rate 2000 --runs 3
+    python -m tools.probes.produce_latency --tree . --tree /tmp/base --rate 2000 --runs 3
 """
 
 from __future__ import annotations
