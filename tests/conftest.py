@@ -21,13 +21,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers import DEFAULT_PARTITIONS, unique_topic
+from support.client import DEFAULT_PARTITIONS, unique_topic
 
 from harness.gateway import Gateway, GatewayError
 
 __all__ = ["Gateway", "GatewayError"]
 
-pytest_plugins = ["s3fixtures", "spark_fixtures"]
+pytest_plugins = ["support.s3", "support.spark"]
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -68,9 +68,9 @@ def shared_gateway(request: pytest.FixtureRequest, tmp_path_factory: pytest.Temp
 
 @pytest.fixture
 def group_run():
-    """`group_run(gateway, name, partitions)` makes a GroupRun (tests/group_members.py): a
+    """`group_run(gateway, name, partitions)` makes a GroupRun (tests/support/groups.py): a
     new topic and group; every member made through it is stopped at teardown."""
-    from group_members import GroupRun
+    from support.groups import GroupRun
 
     runs: list[GroupRun] = []
 

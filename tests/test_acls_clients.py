@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from acl_support import ADMIN, acl_gateway, client_config, java_properties
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicCollection
 from confluent_kafka.admin import AclOperation, AdminClient, NewTopic
+from support.acl import ADMIN, acl_gateway, client_config, java_properties
 
 from harness.kafka import run_tool, unavailable_reason
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from acl_support import ADMIN, PrincipalClient, acl_gateway
-from helpers import Rec, build_record_batch
+from support.acl import ADMIN, PrincipalClient, acl_gateway
+from support.client import Rec, build_record_batch
 
 TOPIC = "acl-t"
 DOOMED = "acl-del"  # deleted by the allowed principal

@@ -33,10 +33,10 @@ from confluent_kafka.admin import (
     NewTopic,
     ResourceType,
 )
-from helpers import DEFAULT_PARTITIONS, RawClient, confluent_consume, unique_topic
 from kafka.admin import ConfigResource as KpConfigResource
 from kafka.admin import ConfigResourceType, KafkaAdminClient
 from kio.static.primitive import i8, i16, i32, i32Timedelta
+from support.client import DEFAULT_PARTITIONS, RawClient, confluent_consume, unique_topic
 
 TIMEOUT = 20.0
 MAX_MESSAGE_BYTES = 2_000_000

@@ -26,10 +26,10 @@ from confluent_kafka.admin import (
     NewTopic,
     ResourceType,
 )
-from helpers import RawClient, Rec, build_record_batch, ms, produce_request, unique_topic
 from kafka import KafkaAdminClient, TopicPartition
 from kafka.admin import NewTopic as KpNewTopic
 from kio.static.primitive import i32, i64
+from support.client import RawClient, Rec, build_record_batch, ms, produce_request, unique_topic
 
 from harness.kafka import KafkaBroker, run_tool, unavailable_reason
 
@@ -189,7 +189,7 @@ def configs_described(bootstrap: str, entity_type: str, name: str, *extra: str) 
 def test_api_versions_claim_kafka_35(shared_gateway, kafka):
     """Every API key streamgate advertises, beside Kafka's; the version-inferring clients
     (kafka-python's api_version detection, librdkafka's feature detection) land on 3.5."""
-    from helpers import api_versions_request
+    from support.client import api_versions_request
 
     ours = {
         k.api_key: (k.min_version, k.max_version)
@@ -272,7 +272,7 @@ def librdkafka_features(bootstrap: str) -> set[str]:
 def test_topic_ids_in_metadata_and_fetch_v13(shared_gateway, kafka):
     """Metadata v12 carries a real topic id; Fetch v15 by that id reads the topic, an
     unknown id gets UNKNOWN_TOPIC_ID; kafka-topics.sh shows the id."""
-    from helpers import metadata_request
+    from support.client import metadata_request
 
     for label, bootstrap in both(shared_gateway, kafka).items():
         name = unique_topic("ids")
@@ -327,7 +327,7 @@ def fetch_v15(topic_id: uuid.UUID) -> Any:
 
 
 def test_topic_id_stable_across_restart(gateway):
-    from helpers import metadata_request
+    from support.client import metadata_request
 
     name = unique_topic("stable-id")
     create_topic(gateway.bootstrap, name, 2)
@@ -761,7 +761,7 @@ def test_every_kafka_topic_config_kafka_python_and_tools(shared_gateway, kafka):
 
 def stored_codecs(bootstrap: str, name: str) -> list[int]:
     """The codec of every stored batch of partition 0 (attributes' low 3 bits)."""
-    from helpers import fetch_request
+    from support.client import fetch_request
 
     response = raw(bootstrap, fetch_request(name, 0, 0))
     blob = bytes(response.responses[0].partitions[0].records or b"")
@@ -945,9 +945,9 @@ def test_acls_answer_security_disabled(shared_gateway, kafka):
 
 def test_metadata_and_delete_topics_by_id(shared_gateway, kafka):
     """Metadata v12 and DeleteTopics v6 name topics by id; unknown ids get UNKNOWN_TOPIC_ID."""
-    from helpers import metadata_request
     from kio.schema.delete_topics.v6.request import DeleteTopicsRequest, DeleteTopicState
     from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+    from support.client import metadata_request
 
     def by_id(*ids: uuid.UUID) -> MetadataRequest:
         return MetadataRequest(

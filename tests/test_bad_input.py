@@ -8,7 +8,9 @@ import time
 
 import pytest
 from confluent_kafka import Producer
-from helpers import (
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from support.client import (
     API_API_VERSIONS,
     API_FETCH,
     API_LIST_OFFSETS,
@@ -42,8 +44,6 @@ from helpers import (
     unique_topic,
     wait_until,
 )
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 MAX_REQUEST_BYTES = 1024 * 1024
 GATEWAY_ARGS = ("--max-request-bytes", str(MAX_REQUEST_BYTES))

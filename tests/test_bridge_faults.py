@@ -13,7 +13,7 @@ from pathlib import Path
 
 import paho.mqtt.client as mqtt
 import pytest
-from bridge_helpers import Fleet, Publisher, check_records, read_topic, wait_metric
+from support.bridge import Fleet, Publisher, check_records, read_topic, wait_metric
 
 from harness.bridge import MqttBridge
 from harness.gateway import Gateway

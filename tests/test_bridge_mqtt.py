@@ -16,8 +16,8 @@ from pathlib import Path
 
 import paho.mqtt.client as mqtt
 import pytest
-from bridge_helpers import Fleet, check_records, read_topic, wait_metric
 from confluent_kafka import Producer
+from support.bridge import Fleet, check_records, read_topic, wait_metric
 
 from harness.bridge import REPO_ROOT, MqttBridge
 from harness.gateway import Gateway

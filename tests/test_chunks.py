@@ -16,9 +16,9 @@ import crc32c
 import pytest
 import trio
 import trio.testing
-from helpers import Rec, build_record_batch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.client import Rec, build_record_batch
 
 from core.segments.chunks import ChunkFormatError, build_chunk, iter_batches, read_chunk_index
 from core.segments.log import ENTRY_HEADER, LogTrimmed, SegmentLog, parse_log_file_name

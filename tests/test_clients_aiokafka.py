@@ -9,7 +9,7 @@ from collections import defaultdict
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from helpers import DEFAULT_PARTITIONS, unique_topic
+from support.client import DEFAULT_PARTITIONS, unique_topic
 
 TIMEOUT = 20.0
 

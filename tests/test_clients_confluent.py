@@ -18,7 +18,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, NewTopic
-from helpers import (
+from support.client import (
     DEFAULT_PARTITIONS,
     RawClient,
     confluent_consume,

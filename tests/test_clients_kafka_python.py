@@ -7,9 +7,9 @@ from collections import defaultdict
 
 import kafka.errors as kerr
 import pytest
-from helpers import DEFAULT_PARTITIONS, kafka_python_consume, unique_topic, wait_until
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.codec import has_lz4, has_snappy, has_zstd
+from support.client import DEFAULT_PARTITIONS, kafka_python_consume, unique_topic, wait_until
 
 TIMEOUT = 20.0
 

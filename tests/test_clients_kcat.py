@@ -8,7 +8,7 @@ import subprocess
 import time
 
 import pytest
-from helpers import DEFAULT_PARTITIONS, unique_topic
+from support.client import DEFAULT_PARTITIONS, unique_topic
 
 KCAT = shutil.which("kcat") or shutil.which("kafkacat")
 pytestmark = pytest.mark.skipif(KCAT is None, reason="kcat is not installed")

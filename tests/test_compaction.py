@@ -11,7 +11,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from compaction_helpers import (
+from support.client import unique_topic, wait_until
+from support.compaction import (
     FAST_TIER_ARGS,
     check_compacted,
     compaction_state,
@@ -22,7 +23,6 @@ from compaction_helpers import (
     wait_compacted,
     watermarks,
 )
-from helpers import unique_topic, wait_until
 
 from harness.gateway import Gateway
 

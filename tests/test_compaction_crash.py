@@ -12,7 +12,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from compaction_helpers import (
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+from support.client import unique_topic, wait_until
+from support.compaction import (
     FAST_TIER_ARGS,
     check_compacted,
     compaction_state,
@@ -21,8 +23,6 @@ from compaction_helpers import (
     read_confluent,
     wait_compacted,
 )
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
-from helpers import unique_topic, wait_until
 
 from harness.gateway import Gateway
 

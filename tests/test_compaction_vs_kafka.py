@@ -8,7 +8,8 @@ import time
 from pathlib import Path
 
 import pytest
-from compaction_helpers import (
+from support.client import unique_topic, wait_until
+from support.compaction import (
     FAST_TIER_ARGS,
     check_compacted,
     create_topic,
@@ -16,7 +17,6 @@ from compaction_helpers import (
     read_confluent,
     wait_compacted,
 )
-from helpers import unique_topic, wait_until
 
 from harness.gateway import Gateway
 from harness.kafka import KafkaBroker, unavailable_reason

@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, ResourceType
-from helpers import RawClient, unique_topic, wait_until
 from kafka import KafkaAdminClient
 from kafka.admin import AlterConfigOp, ConfigResourceType, NewTopic
 from kafka.admin import ConfigResource as KpConfigResource
@@ -33,6 +32,7 @@ from kio.schema.incremental_alter_configs.v1.request import (
     IncrementalAlterConfigsRequest,
 )
 from kio.static.primitive import i8
+from support.client import RawClient, unique_topic, wait_until
 
 from harness.kafka import KafkaBroker, unavailable_reason
 

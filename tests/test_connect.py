@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
-from helpers import wait_until
+from support.client import wait_until
 
 from harness.connect import ConnectWorker, log_problems
 from harness.gateway import Gateway

@@ -13,7 +13,7 @@ import time
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from crash_checks import check_exactly_once, read_from_start
+from support.crash import check_exactly_once, read_from_start
 
 PARTITIONS = 8
 KILL_CYCLES = 5

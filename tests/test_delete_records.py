@@ -18,7 +18,9 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, NewTopic
-from helpers import (
+from kafka import KafkaAdminClient, KafkaConsumer
+from kafka import TopicPartition as KpTopicPartition
+from support.client import (
     ERR_NONE,
     ERR_OFFSET_OUT_OF_RANGE,
     ERR_UNKNOWN_TOPIC_OR_PARTITION,
@@ -35,8 +37,6 @@ from helpers import (
     ms,
     produce_request,
 )
-from kafka import KafkaAdminClient, KafkaConsumer
-from kafka import TopicPartition as KpTopicPartition
 
 TIMEOUT = 20.0
 API_DELETE_RECORDS = 21

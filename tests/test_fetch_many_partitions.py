@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from helpers import (
+from support.client import (
     RawClient,
     Rec,
     build_record_batch,

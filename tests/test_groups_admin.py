@@ -13,9 +13,9 @@ from confluent_kafka import Consumer as ConfluentConsumer
 from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions, KafkaError
 from confluent_kafka import TopicPartition as ConfluentTP
 from confluent_kafka.admin import AdminClient
-from group_members import Member
 from kafka import KafkaAdminClient
 from kafka.structs import TopicPartition
+from support.groups import Member
 
 PARTITIONS = 3
 PER_PARTITION = 10

@@ -10,7 +10,7 @@ there is no at-least-once window to excuse a duplicate.
 from __future__ import annotations
 
 import pytest
-from group_members import MEMBER_KINDS, ROUND_PER_PARTITION, Member, duplicates, wait_for_cover
+from support.groups import MEMBER_KINDS, ROUND_PER_PARTITION, Member, duplicates, wait_for_cover
 
 PARTITIONS = 6
 PER_PARTITION = ROUND_PER_PARTITION

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from group_members import (
+from support.groups import (
     SESSION_TIMEOUT_MS,
     ProcessMember,
     duplicates,

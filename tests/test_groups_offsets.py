@@ -4,7 +4,9 @@ restarted group resumes exactly where it committed."""
 from __future__ import annotations
 
 import pytest
-from group_members import (
+from kio.schema.list_groups.v4.request import ListGroupsRequest
+from support.client import RawClient
+from support.groups import (
     committed_offsets,
     duplicates,
     end_offsets,
@@ -14,8 +16,6 @@ from group_members import (
     wait_consumed,
     wait_for_cover,
 )
-from helpers import RawClient
-from kio.schema.list_groups.v4.request import ListGroupsRequest
 
 PARTITIONS = 3
 PER_PARTITION = 10

@@ -13,9 +13,9 @@ import typing
 from typing import Any
 
 import pytest
-from helpers import RawClient, unique_topic
 from kio.index import load_request_schema
 from kio.static.primitive import i32Timedelta, i64Timedelta
+from support.client import RawClient, unique_topic
 
 GATEWAY_ARGS = ("--group-initial-rebalance-delay-ms", "100")
 
@@ -228,7 +228,7 @@ def test_every_advertised_version_answers(shared_gateway, topic, api_key, versio
 
 
 def test_api_versions_advertises_group_apis(shared_gateway):
-    from helpers import api_versions_request
+    from support.client import api_versions_request
 
     with RawClient(shared_gateway.bootstrap) as client:
         response = client.request(api_versions_request())

@@ -6,9 +6,9 @@ from __future__ import annotations
 import time
 
 import pytest
-from group_members import ConfluentMember, KafkaPythonMember, duplicates
-from helpers import RawClient, wait_until
 from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
+from support.client import RawClient, wait_until
+from support.groups import ConfluentMember, KafkaPythonMember, duplicates
 
 PARTITIONS = 6
 PER_PARTITION = 5

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import unique_topic, wait_until
+from support.client import unique_topic, wait_until
 
 from harness.gateway import Gateway
 from harness.kafka import KafkaBroker, unavailable_reason

@@ -20,8 +20,8 @@ from collections.abc import Callable
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from dropping_proxy import DroppingProxy
-from helpers import ERR_NONE, RawClient, decode_records, fetch_request
+from support.client import ERR_NONE, RawClient, decode_records, fetch_request
+from support.proxy import DroppingProxy
 
 RECORDS = 5000
 PARTITIONS = 4

@@ -11,7 +11,7 @@ import time
 
 import pytest
 from confluent_kafka import Producer
-from helpers import (
+from support.client import (
     RawClient,
     api_versions_request,
     connection_closed,

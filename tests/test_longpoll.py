@@ -8,7 +8,9 @@ import time
 import kafka.errors as kerr
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from helpers import (
+from kafka import KafkaConsumer
+from kafka import TopicPartition as KPTopicPartition
+from support.client import (
     ERR_NONE,
     ERR_OFFSET_OUT_OF_RANGE,
     ERR_UNKNOWN_TOPIC_OR_PARTITION,
@@ -25,8 +27,6 @@ from helpers import (
     unique_topic,
     wait_until,
 )
-from kafka import KafkaConsumer
-from kafka import TopicPartition as KPTopicPartition
 
 LONG_WAIT_MS = 10_000
 # A record produced while a consumer is parked in a 10 s long poll must arrive well

@@ -20,7 +20,14 @@ import time
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from helpers import RawClient, Rec, build_record_batch, fetch_request, produce_request, unique_topic
+from support.client import (
+    RawClient,
+    Rec,
+    build_record_batch,
+    fetch_request,
+    produce_request,
+    unique_topic,
+)
 
 PHASES = 6  # quiet and storm phases alternate, so the machine's own noise hits both alike
 ROUNDS = 60  # probe rounds per phase

@@ -27,7 +27,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
-from helpers import wait_until
+from support.client import wait_until
 
 from harness.connect import MirrorMaker, log_problems
 from harness.gateway import Gateway

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import psycopg
 from confluent_kafka import Consumer, Producer
+from support.nodes import gateway_args, pg_url, postgres, requires_postgres  # noqa: F401
 
 from core.credentials import MECHANISMS, new_credential
 from core.credentials_pg import PostgresCredentialStore
 from harness.gateway import Gateway
 from harness.ports import free_port
-from tests.nodes_fixtures import gateway_args, pg_url, postgres, requires_postgres  # noqa: F401
 
 pytestmark = requires_postgres
 

@@ -14,20 +14,20 @@ import psycopg
 import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from crash_checks import check_exactly_once, read_from_start
-from helpers import wait_until
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.errors import KafkaError
-from test_crash_recovery import PARTITIONS, _produce_while_killing
-
-from harness.gateway import Gateway, GatewayError
-from tests.nodes_fixtures import (  # noqa: F401
+from support.client import wait_until
+from support.crash import check_exactly_once, read_from_start
+from support.nodes import (  # noqa: F401
     gateway_args,
     log_of,
     pg_url,
     postgres,
     requires_postgres,
 )
+from test_crash_recovery import PARTITIONS, _produce_while_killing
+
+from harness.gateway import Gateway, GatewayError
 
 pytestmark = requires_postgres
 LEASE_LOST_EXIT = 75

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
+from support.nodes import pg_url, postgres, requires_postgres  # noqa: F401
 
 from core.acl.model import AclBinding, Operation, PatternType, Permission, ResourceType
 from core.acl.quotas import Entity
@@ -27,7 +28,6 @@ from core.metadata import (
     TxnRecord,
 )
 from core.metadata_pg import SCHEMA_VERSION, LeaseError, PostgresMetadataStore
-from tests.nodes_fixtures import pg_url, postgres, requires_postgres  # noqa: F401
 
 pytestmark = requires_postgres
 

@@ -24,12 +24,12 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from crash_checks import check_exactly_once, read_from_start
-from helpers import RawClient, Rec, build_record_batch, produce_request, wait_until
 from kafka import KafkaConsumer, TopicPartition
+from support.client import RawClient, Rec, build_record_batch, produce_request, wait_until
+from support.crash import check_exactly_once, read_from_start
+from support.nodes import gateway_args, pg_url, postgres, requires_postgres  # noqa: F401
 
 from harness.gateway import Gateway
-from tests.nodes_fixtures import gateway_args, pg_url, postgres, requires_postgres  # noqa: F401
 
 pytestmark = requires_postgres
 NOT_LEADER_OR_FOLLOWER = 6

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from crash_checks import check_exactly_once, read_from_start
-from helpers import (
+from kafka import KafkaConsumer
+from support.client import (
     RawClient,
     Rec,
     build_record_batch,
@@ -23,10 +23,10 @@ from helpers import (
     produce_request,
     wait_until,
 )
-from kafka import KafkaConsumer
+from support.crash import check_exactly_once, read_from_start
+from support.nodes import gateway_args, pg_url, postgres, requires_postgres  # noqa: F401
 
 from harness.gateway import Gateway
-from tests.nodes_fixtures import gateway_args, pg_url, postgres, requires_postgres  # noqa: F401
 
 pytestmark = requires_postgres
 NOT_LEADER_OR_FOLLOWER = 6
@@ -261,13 +261,13 @@ def test_an_offset_committed_on_one_node_is_fetched_at_once_on_another(
     """OffsetFetch reads the group's rows from the database first: a commit made through
     one node is seen through any other right away (a coordinator that moves between the two
     calls misses nothing), not after the nodes' periodic offset refresh."""
-    from group_members import committed_offsets
     from kio.schema.offset_commit.v8.request import (
         OffsetCommitRequest,
         OffsetCommitRequestPartition,
         OffsetCommitRequestTopic,
     )
     from kio.static.primitive import i32, i64
+    from support.groups import committed_offsets
 
     admin = AdminClient({"bootstrap.servers": cluster[0].bootstrap})
     admin.create_topics([NewTopic("fresh", num_partitions=2)])["fresh"].result(10)

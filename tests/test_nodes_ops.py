@@ -22,11 +22,11 @@ from confluent_kafka.admin import (
     NewTopic,
     ResourceType,
 )
-from crash_checks import check_exactly_once, read_from_start
-from helpers import wait_until
+from support.client import wait_until
+from support.crash import check_exactly_once, read_from_start
+from support.nodes import requires_postgres
 
 from harness.nodes_cluster import NodesCluster
-from tests.nodes_fixtures import requires_postgres
 
 pytestmark = requires_postgres
 REPO = Path(__file__).resolve().parent.parent

@@ -12,12 +12,12 @@ from collections.abc import Iterator
 
 import pytest
 from confluent_kafka.admin import AdminClient
-from helpers import wait_until
 from kafka import KafkaConsumer, KafkaProducer
+from support.client import wait_until
+from support.nodes import requires_postgres
 
 from harness.kafka import run_tool, unavailable_reason
 from harness.nodes_cluster import NodesCluster
-from tests.nodes_fixtures import requires_postgres
 
 pytestmark = [
     requires_postgres,

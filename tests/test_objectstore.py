@@ -30,9 +30,9 @@ from core.segments.objectstore import (
 from harness.moto import MotoServer
 from harness.proxy import OutageProxy
 
-# The fixtures live in tests/s3fixtures.py; registering the plugin here as well keeps this
+# The fixtures live in tests/support/s3.py; registering the plugin here as well keeps this
 # module runnable on its own (a plugin registered twice under one name is loaded once).
-pytest_plugins = ["s3fixtures"]
+pytest_plugins = ["support.s3"]
 
 DATA = bytes(range(256)) * 40 + b"tail"  # 10244 bytes, every offset distinguishable
 

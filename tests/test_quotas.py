@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from acl_support import ADMIN, PrincipalClient, acl_gateway, client_config, java_properties
 from confluent_kafka import Producer
-from helpers import (
+from support.acl import ADMIN, PrincipalClient, acl_gateway, client_config, java_properties
+from support.client import (
     RawClient,
     Rec,
     api_versions_ok,

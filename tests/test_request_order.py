@@ -15,7 +15,10 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from helpers import (
+from kafka import KafkaAdminClient, KafkaConsumer
+from kafka import TopicPartition as KpTopicPartition
+from kio.index import load_request_schema
+from support.client import (
     RawClient,
     Rec,
     build_record_batch,
@@ -25,9 +28,6 @@ from helpers import (
     metadata_request,
     produce_request,
 )
-from kafka import KafkaAdminClient, KafkaConsumer
-from kafka import TopicPartition as KpTopicPartition
-from kio.index import load_request_schema
 
 from kafkawire.codec import build_entity
 

@@ -12,7 +12,7 @@ from collections import defaultdict
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from helpers import (
+from support.client import (
     DEFAULT_PARTITIONS,
     ERR_NONE,
     RawClient,

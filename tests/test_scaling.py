@@ -20,8 +20,8 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 from conftest import Gateway
-from helpers import wait_until
-from scaling_helpers import (
+from support.client import wait_until
+from support.scaling import (
     METRICS_ARGS,
     admin_url,
     check_complete,

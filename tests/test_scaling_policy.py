@@ -7,7 +7,7 @@ import os
 
 import pytest
 import trio
-from helpers import Rec, build_record_batch
+from support.client import Rec, build_record_batch
 
 from core.api import AppendResult
 from core.scaling.plan import ScaleError, check_scale, split_range

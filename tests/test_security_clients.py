@@ -14,7 +14,7 @@ import subprocess
 import uuid
 
 import pytest
-from helpers import unique_topic
+from support.client import unique_topic
 
 from harness.gateway import Gateway
 from harness.security import SecureListeners, add_scram_user, make_certs

@@ -9,7 +9,7 @@ Skipped, with the reason, when ../shared/kafka or Java is missing.
 from __future__ import annotations
 
 import pytest
-from helpers import unique_topic
+from support.client import unique_topic
 
 from harness.gateway import Gateway
 from harness.kafka import run_tool, unavailable_reason

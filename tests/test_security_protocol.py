@@ -16,7 +16,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import (
+from support.client import (
     api_versions_request,
     connection_closed,
     encode_request,

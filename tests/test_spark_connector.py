@@ -1,7 +1,7 @@
 """Spark's own Kafka connector (source and sink, batch and streaming) against streamgate.
 
 One option per test, checked against what was produced. All tests share one local[2]
-SparkSession and one gateway (tests/spark_fixtures.py); each uses its own topics.
+SparkSession and one gateway (tests/support/spark.py); each uses its own topics.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import unique_topic
-from spark_fixtures import (
+from support.client import unique_topic
+from support.spark import (
     consume_all,
     create_topic,
     delete_records,

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import unique_topic
-from spark_fixtures import consume_all, create_topic, http, wait_for
+from support.client import unique_topic
+from support.spark import consume_all, create_topic, http, wait_for
 
 from harness.gateway import REPO_ROOT, Gateway
 from spark_examples import generator, iot_pipeline, replay

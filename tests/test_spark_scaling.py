@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
-from helpers import unique_topic
-from spark_fixtures import (
+from support.client import unique_topic
+from support.spark import (
     add_partitions,
     create_topic,
     http,

@@ -3,7 +3,7 @@
 A confluent-kafka transactional producer commits some transactions, aborts others and
 leaves one open; Spark (batch and streaming) must see exactly the committed records with
 read_committed, and every data record with read_uncommitted. Shares the SparkSession and
-gateway of tests/spark_fixtures.py; skips with its reason when Spark is missing.
+gateway of tests/support/spark.py; skips with its reason when Spark is missing.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from helpers import unique_topic
-from spark_fixtures import create_topic, kafka_options, parquet_rows
-from txn_helpers import produce_txn, txn_producer
+from support.client import unique_topic
+from support.spark import create_topic, kafka_options, parquet_rows
+from support.txn import produce_txn, txn_producer
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -39,7 +39,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from conftest import Gateway
-from helpers import (
+from support.client import (
     ERR_NONE,
     ERR_OFFSET_OUT_OF_RANGE,
     RawClient,
@@ -52,7 +52,7 @@ from helpers import (
     produce_request,
     wait_until,
 )
-from scaling_helpers import METRICS_ARGS, http
+from support.scaling import METRICS_ARGS, http
 
 ERR_KAFKA_STORAGE_ERROR = 56
 CHUNK_BYTES = 65536

@@ -30,9 +30,9 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from conftest import Gateway
-from crash_checks import check_exactly_once, read_from_start
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KafkaTopicPartition
+from support.crash import check_exactly_once, read_from_start
 
 from harness.moto import MotoServer
 

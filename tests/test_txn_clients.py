@@ -12,8 +12,8 @@ from collections import Counter
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from helpers import unique_topic, wait_until
-from txn_helpers import (
+from support.client import unique_topic, wait_until
+from support.txn import (
     aiokafka_values,
     confluent_values,
     create_topic,

@@ -11,14 +11,13 @@ import sys
 import threading
 import time
 from collections import Counter
-from pathlib import Path
 
-from helpers import unique_topic
-from txn_helpers import confluent_values, create_topic
+from support.client import unique_topic
+from support.txn import CRASH_PRODUCER as PRODUCER
+from support.txn import confluent_values, create_topic
 
 PER_TXN = 12
 ROUNDS = 5
-PRODUCER = Path(__file__).with_name("txn_crash_producer.py")
 
 
 class _Run:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
-from helpers import unique_topic
-from txn_helpers import confluent_values, create_topic
+from support.client import unique_topic
+from support.txn import confluent_values, create_topic
 
 from harness import kafka as kafka_harness
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 import crc32c
-from helpers import RawClient, Rec, build_record_batch, ms, unique_topic
 from kio.schema.add_partitions_to_txn.v3.request import (
     AddPartitionsToTxnRequest,
     AddPartitionsToTxnTopic,
@@ -22,7 +21,8 @@ from kio.schema.list_offsets.v7.request import (
 )
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 from kio.static.primitive import Records, i8, i16, i32, i64
-from txn_helpers import create_topic
+from support.client import RawClient, Rec, build_record_batch, ms, unique_topic
+from support.txn import create_topic
 
 from core.errors import ErrorCode
 from core.recordbatch import build_control_batch

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewPartitions
-from helpers import unique_topic, wait_until
-from scaling_helpers import METRICS_ARGS, open_segments, scale
-from txn_helpers import confluent_values, create_topic, txn_producer
+from support.client import unique_topic, wait_until
+from support.scaling import METRICS_ARGS, open_segments, scale
+from support.txn import confluent_values, create_topic, txn_producer
 
 
 def _produce(producer, topic: str, tag: str, partitions: range) -> list[bytes]:

@@ -9,9 +9,9 @@ import time
 
 import pytest
 from confluent_kafka import Producer
-from helpers import unique_topic
-from scaling_helpers import METRICS_ARGS
-from txn_helpers import confluent_values, create_topic, produce_txn, txn_producer
+from support.client import unique_topic
+from support.scaling import METRICS_ARGS
+from support.txn import confluent_values, create_topic, produce_txn, txn_producer
 
 FAST_TIER_ARGS = ("--chunk-bytes", "4096", "--chunk-age-ms", "200", "--local-retain-bytes", "0")
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from helpers import unique_topic, wait_until
+from support.client import unique_topic, wait_until
 
 SESSION_TIMEOUT_MS = 6000
 ROUND_PER_PARTITION = 10  # records a partition gets in each GroupRun.produce_round()
@@ -410,8 +410,9 @@ def until(predicate: Callable[[], Any], timeout: float) -> bool:
 
 def committed_offsets(bootstrap: str, group: str) -> dict[Partition, int]:
     """The group's committed offsets, read with OffsetFetch v7 (all partitions)."""
-    from helpers import RawClient
     from kio.schema.offset_fetch.v7.request import OffsetFetchRequest
+
+    from support.client import RawClient
 
     with RawClient(bootstrap) as client:
         response = client.request(

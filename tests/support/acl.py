@@ -12,11 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from helpers import RawClient, encode_request
 from kio.index import load_request_schema
 
 from harness.gateway import Gateway
 from kafkawire.codec import build_entity
+from support.client import RawClient, encode_request
 
 ADMIN = "admin"  # a super user
 TEST_ENV = {"STREAMGATE_TEST_PRINCIPAL_FROM_CLIENT_ID": "1"}

@@ -33,9 +33,10 @@ import threading
 from collections import Counter, deque
 from typing import Any
 
-from helpers import API_PRODUCE, skip_tagged_fields
 from kio.index import load_request_schema
 from kio.serial import entity_reader
+
+from support.client import API_PRODUCE, skip_tagged_fields
 
 MODES = ("after", "after", "before", "mid")
 _RECV_BYTES = 64 * 1024

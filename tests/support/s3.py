@@ -1,6 +1,6 @@
 """pytest fixtures for tier-2 storage tests: a moto S3 server and an outage proxy in front of it.
 
-Registered from ``tests/conftest.py`` (``from s3fixtures import moto_server, outage_proxy``)
+Registered from ``tests/conftest.py`` (``pytest_plugins``)
 or imported by a test module directly.
 """
 

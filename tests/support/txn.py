@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+
+# the transactional producer script tests/test_txn_crash.py runs (and SIGKILLs) as a process
+CRASH_PRODUCER = Path(__file__).with_name("txn_crash_producer.py")
 
 
 def create_topic(bootstrap: str, name: str, partitions: int = 3) -> None:
