@@ -11,7 +11,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-# the transactional producer script tests/test_txn_crash.py runs (and SIGKILLs) as a process
+# the transactional producer script tests/system/test_txn_crash.py runs (and SIGKILLs) as a process
 CRASH_PRODUCER = Path(__file__).with_name("txn_crash_producer.py")
 
 

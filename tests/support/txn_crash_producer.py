@@ -1,4 +1,4 @@
-"""A transactional producer run as its own process by tests/test_txn_crash.py:
+"""A transactional producer run as its own process by tests/system/test_txn_crash.py:
 `python txn_crash_producer.py BOOTSTRAP TOPIC TXN_ID TAG RECORDS_PER_TXN`.
 
 It commits transactions of RECORDS_PER_TXN records (values `TAG-<txn>-<i>`, spread over the

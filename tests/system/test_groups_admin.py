@@ -20,7 +20,7 @@ from support.groups import Member
 PARTITIONS = 3
 PER_PARTITION = 10
 TIMEOUT = 20
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass

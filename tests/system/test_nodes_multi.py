@@ -31,7 +31,7 @@ from harness.gateway import Gateway
 pytestmark = requires_postgres
 NOT_LEADER_OR_FOLLOWER = 6
 # these tests assume a topic is led by the node that created it (placement "creator";
-# least-loaded placement is tested in tests/test_nodes_move.py)
+# least-loaded placement is tested in tests/system/test_nodes_move.py)
 CREATOR_PLACEMENT = {"STREAMGATE_PLACEMENT": "creator"}
 
 

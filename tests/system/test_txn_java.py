@@ -16,10 +16,10 @@ from support.txn import confluent_values, create_topic
 
 from harness import kafka as kafka_harness
 
-SOURCE = Path(__file__).with_name("java") / "TxnLoop.java"
+SOURCE = Path(__file__).resolve().parents[1] / "support" / "java" / "TxnLoop.java"
 
 
-SPARK_CLIENT = Path(__file__).resolve().parents[2] / "shared" / "spark-connector"
+SPARK_CLIENT = Path(__file__).resolve().parents[3] / "shared" / "spark-connector"
 SPARK_CLIENT_JAR = SPARK_CLIENT / "kafka-clients-3.9.1.jar"
 
 

@@ -1,5 +1,5 @@
 // A consume-transform-produce loop with the Java client's transactional producer, run by
-// tests/test_txn_java.py in the JDK's source-file mode (java -cp KAFKA/libs/* TxnLoop.java).
+// tests/system/test_txn_java.py in the JDK's source-file mode (java -cp KAFKA/libs/* TxnLoop.java).
 // Args: bootstrap source sink group transactional-id records. Reads `records` records of
 // `source` (read_committed), writes each value with "out-" in front to `sink`, commits the
 // consumer offsets in the same transaction (sendOffsetsToTransaction); every third batch

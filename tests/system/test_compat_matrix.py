@@ -16,9 +16,9 @@ from harness.gateway import Gateway
 from harness.kafka import KafkaBroker, unavailable_reason
 from harness.ports import free_port
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SUITES = REPO / "compat" / "suites"
-# the Java column has its own test (tests/test_compat_java.py): a JVM per tool is slow
+# the Java column has its own test (tests/system/test_compat_java.py): a JVM per tool is slow
 COLUMNS = ["kafka-python", "confluent-kafka", "aiokafka", "kcat"]
 SUITE_OF = {
     "kafka-python": "kafka-python",

@@ -33,7 +33,7 @@ from harness.gateway import Gateway
 
 pytestmark = requires_postgres
 NOT_LEADER_OR_FOLLOWER = 6
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FAST_SCALER = ("--scaling-window-s", "1.5", "--scaling-interval-s", "0.25")
 
 
@@ -70,7 +70,7 @@ def spread_cluster(tmp_path: Path, pg_url: str):  # noqa: F811
 
 @pytest.fixture
 def creator_cluster(tmp_path: Path, pg_url: str):  # noqa: F811
-    # a fast scaler (as in tests/test_scaling.py); topics here scale only when asked to
+    # a fast scaler (as in tests/system/test_scaling.py); topics here scale only when asked to
     nodes = _cluster(tmp_path, pg_url, "creator", FAST_SCALER)
     try:
         for node in nodes:

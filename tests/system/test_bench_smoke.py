@@ -11,7 +11,7 @@ import pytest
 
 from harness.kafka import unavailable_reason
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_kafka_vs_streamgate_quick(tmp_path: Path) -> None:

@@ -344,10 +344,7 @@ def test_topic_id_stable_across_restart(gateway):
 
 
 SPARK_KAFKA_CLIENTS = (
-    Path(__file__).resolve().parent.parent.parent
-    / "shared"
-    / "spark-connector"
-    / "kafka-clients-3.9.1.jar"
+    Path(__file__).resolve().parents[3] / "shared" / "spark-connector" / "kafka-clients-3.9.1.jar"
 )
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # Lowest first: a package may import the packages before it, never one after it.
 LAYERS = ["core", "kafkawire", "gateway", "admin", "kafkaclient", "bridge", "cli"]
 PACKAGES = [*LAYERS, "harness"]

@@ -29,7 +29,7 @@ from support.nodes import requires_postgres
 from harness.nodes_cluster import NodesCluster
 
 pytestmark = requires_postgres
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +38,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodesCluster]:
         tmp_path_factory.mktemp("nodes"),
         3,
         ["--node-lease-s", "1"],
-        # these tests follow a topic through its creator (placement: tests/test_nodes_move.py)
+        # these tests follow a topic through its creator (placement: test_nodes_move.py)
         env={"STREAMGATE_PLACEMENT": "creator"},
     )
     nodes.start()

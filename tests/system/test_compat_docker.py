@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DOCKER = REPO / "docker"
 COMPOSE_FILES = sorted(DOCKER.glob("compose*.yaml"))
 

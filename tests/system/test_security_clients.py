@@ -218,7 +218,7 @@ def test_kcat(secure, protocol, mechanism):
 
 def test_mutual_tls_client_certificate(secure):
     """A client presenting a certificate (client auth "requested") is served; the principal
-    it maps to is checked in tests/test_security_protocol.py."""
+    it maps to is checked in tests/system/test_security_protocol.py."""
     from confluent_kafka import Producer
 
     _gw, listeners = secure
