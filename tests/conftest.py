@@ -27,7 +27,7 @@ from harness.gateway import Gateway, GatewayError
 
 __all__ = ["Gateway", "GatewayError"]
 
-pytest_plugins = ["support.s3", "support.spark"]
+pytest_plugins = ["support.s3", "support.spark", "support.kafka"]
 
 
 def pytest_configure(config: pytest.Config) -> None:

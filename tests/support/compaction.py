@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
 Row = tuple[int, bytes, bytes | None]  # offset, key, value (None: tombstone)
 
@@ -25,16 +24,6 @@ FAST_TIER_ARGS = (
     "--compaction-interval-ms",
     "300",
 )
-
-
-def create_topic(bootstrap: str, topic: str, partitions: int, configs: dict[str, str]) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    # Generous: a Kafka broker just started on a busy machine may take a while to unfence.
-    futures = admin.create_topics(
-        [NewTopic(topic, num_partitions=partitions, replication_factor=1, config=configs)],
-        request_timeout=90,
-    )
-    futures[topic].result(timeout=100)
 
 
 def produce(

@@ -13,7 +13,6 @@ from collections import defaultdict
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
 METRICS_ARGS = ("--metrics-listen", "127.0.0.1:0")
 
@@ -55,14 +54,6 @@ def scale(gateway: Any, topic: str, request: dict[str, Any]) -> dict[str, Any]:
     status, body = http(gateway, f"/streams/{topic}/scale", request)
     assert status == 200, body
     return body
-
-
-def create_topic(bootstrap: str, topic: str, partitions: int, configs: dict[str, str]) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics(
-        [NewTopic(topic, num_partitions=partitions, replication_factor=1, config=configs)]
-    )
-    futures[topic].result(timeout=10)
 
 
 class KeyedProducer(threading.Thread):

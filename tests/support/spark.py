@@ -23,7 +23,6 @@ from confluent_kafka.admin import (
     ConfigEntry,
     ConfigResource,
     NewPartitions,
-    NewTopic,
     ResourceType,
 )
 
@@ -76,12 +75,6 @@ def spark_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]
 
 def admin(bootstrap: str) -> AdminClient:
     return AdminClient({"bootstrap.servers": bootstrap})
-
-
-def create_topic(bootstrap: str, topic: str, partitions: int, **configs: str) -> None:
-    client = admin(bootstrap)  # kept alive until the futures are done
-    new = NewTopic(topic, partitions, 1, config=configs)
-    client.create_topics([new])[topic].result(30)
 
 
 def set_topic_config(bootstrap: str, topic: str, **configs: str) -> None:

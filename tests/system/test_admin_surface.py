@@ -13,7 +13,6 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +29,9 @@ from kafka import KafkaAdminClient, TopicPartition
 from kafka.admin import NewTopic as KpNewTopic
 from kio.static.primitive import i32, i64
 from support.client import RawClient, Rec, build_record_batch, ms, produce_request, unique_topic
+from support.kafka import need_kafka
 
-from harness.kafka import KafkaBroker, run_tool, unavailable_reason
+from harness.kafka import run_tool, unavailable_reason
 
 TIMEOUT = 30.0
 NODE = 1
@@ -86,25 +86,6 @@ LATER_TOPIC_CONFIGS = {
 
 
 # --------------------------------------------------------------------------- fixtures
-
-
-@pytest.fixture(scope="module")
-def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker | None]:
-    """One Kafka 3.5.1 for the module, or None when it cannot run here."""
-    if unavailable_reason() is not None:
-        yield None
-        return
-    broker = KafkaBroker(tmp_path_factory.mktemp("kafka"))
-    broker.start()
-    yield broker
-    broker.stop()
-
-
-def need_kafka(kafka: KafkaBroker | None) -> KafkaBroker:
-    """The Kafka half: skip (after the streamgate half ran) when Kafka is unavailable."""
-    if kafka is None:
-        pytest.skip(f"Kafka half skipped: {unavailable_reason()}")
-    return kafka
 
 
 def both(shared_gateway, kafka) -> dict[str, str]:

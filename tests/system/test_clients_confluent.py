@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-import uuid
 from collections import defaultdict
 
 import pytest
@@ -11,7 +10,6 @@ from confluent_kafka import (
     OFFSET_BEGINNING,
     OFFSET_END,
     TIMESTAMP_CREATE_TIME,
-    Consumer,
     KafkaError,
     KafkaException,
     Producer,
@@ -27,6 +25,7 @@ from support.client import (
     unique_topic,
     wait_until,
 )
+from support.confluent import confluent_consumer
 
 TIMEOUT = 20.0
 
@@ -35,19 +34,6 @@ def make_producer(bootstrap: str, **extra) -> Producer:
     conf = {"bootstrap.servers": bootstrap, "linger.ms": 5, "message.timeout.ms": 20000}
     conf.update(extra)
     return Producer(conf)
-
-
-def make_consumer(bootstrap: str, **extra) -> Consumer:
-    conf = {
-        "bootstrap.servers": bootstrap,
-        "group.id": f"g-{uuid.uuid4().hex[:8]}",
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-        # Surface out-of-range problems instead of silently resetting.
-        "auto.offset.reset": "error",
-    }
-    conf.update(extra)
-    return Consumer(conf)
 
 
 class Deliveries:
@@ -86,7 +72,7 @@ def partition_count(client, topic: str) -> int:
 
 
 def consume_all_from_beginning(bootstrap: str, topic: str, count: int, partitions: int) -> list:
-    consumer = make_consumer(bootstrap)
+    consumer = confluent_consumer(bootstrap)
     try:
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
         msgs = confluent_consume(consumer, count, TIMEOUT)
@@ -228,7 +214,7 @@ def test_compressed_batch_consumed_from_middle_offset(shared_gateway, codec):
         shared_gateway.bootstrap, **{"compression.type": codec, "linger.ms": 200}
     )
     produce_all(producer, topic, [{"value": f"m{i}".encode(), "partition": 0} for i in range(10)])
-    consumer = make_consumer(shared_gateway.bootstrap)
+    consumer = confluent_consumer(shared_gateway.bootstrap)
     try:
         consumer.assign([TopicPartition(topic, 0, 6)])
         msgs = confluent_consume(consumer, 4) + confluent_drain(consumer, quiet=0.5)
@@ -279,9 +265,9 @@ def test_consume_earliest_latest_and_specific_offset(shared_gateway, topic):
     producer = make_producer(shared_gateway.bootstrap)
     produce_all(producer, topic, [{"value": f"old{i}".encode(), "partition": 0} for i in range(5)])
 
-    earliest = make_consumer(shared_gateway.bootstrap)
-    latest = make_consumer(shared_gateway.bootstrap, **{"enable.partition.eof": True})
-    specific = make_consumer(shared_gateway.bootstrap)
+    earliest = confluent_consumer(shared_gateway.bootstrap)
+    latest = confluent_consumer(shared_gateway.bootstrap, **{"enable.partition.eof": True})
+    specific = confluent_consumer(shared_gateway.bootstrap)
     try:
         earliest.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
         specific.assign([TopicPartition(topic, 0, 3)])
@@ -349,7 +335,7 @@ def test_watermarks_and_offsets_for_times(shared_gateway, topic):
             for i, ts in enumerate(timestamps)
         ],
     )
-    consumer = make_consumer(shared_gateway.bootstrap)
+    consumer = confluent_consumer(shared_gateway.bootstrap)
     try:
         assert consumer.get_watermark_offsets(TopicPartition(topic, 1), timeout=10) == (0, 6)
         assert consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10) == (0, 0)
@@ -423,7 +409,7 @@ def test_offsets_for_times_with_unordered_timestamps(shared_gateway, topic):
         produce_all(
             producer, topic, [{"value": str(i).encode(), "partition": 0, "timestamp": base + delta}]
         )
-    consumer = make_consumer(shared_gateway.bootstrap)
+    consumer = confluent_consumer(shared_gateway.bootstrap)
     try:
 
         def lookup(delta: int) -> int:
@@ -448,7 +434,7 @@ def test_small_fetch_sizes_page_through_everything(shared_gateway, topic):
         topic,
         [{"value": f"{i:06d}".encode(), "partition": 2} for i in range(n)],
     )
-    consumer = make_consumer(
+    consumer = confluent_consumer(
         shared_gateway.bootstrap,
         **{"fetch.max.bytes": 1024, "message.max.bytes": 1000, "max.partition.fetch.bytes": 300},
     )
@@ -467,7 +453,7 @@ def test_large_message_roundtrip(shared_gateway, topic):
         producer, topic, [{"value": big, "partition": 0}, {"value": b"after", "partition": 0}]
     )
     assert sorted((p, o, len(v)) for p, o, _k, v in d.reports) == [(0, 0, len(big)), (0, 1, 5)]
-    consumer = make_consumer(
+    consumer = confluent_consumer(
         shared_gateway.bootstrap,
         **{"fetch.max.bytes": 10_000_000, "max.partition.fetch.bytes": 10_000_000},
     )

@@ -16,13 +16,13 @@ from support.compaction import (
     FAST_TIER_ARGS,
     check_compacted,
     compaction_state,
-    create_topic,
     produce,
     read_confluent,
     read_kafka_python,
     wait_compacted,
     watermarks,
 )
+from support.confluent import create_topic
 
 from harness.gateway import Gateway
 

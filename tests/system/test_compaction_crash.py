@@ -18,11 +18,11 @@ from support.compaction import (
     FAST_TIER_ARGS,
     check_compacted,
     compaction_state,
-    create_topic,
     produce,
     read_confluent,
     wait_compacted,
 )
+from support.confluent import create_topic
 
 from harness.gateway import Gateway
 

@@ -12,11 +12,11 @@ from support.client import unique_topic, wait_until
 from support.compaction import (
     FAST_TIER_ARGS,
     check_compacted,
-    create_topic,
     produce,
     read_confluent,
     wait_compacted,
 )
+from support.confluent import create_topic
 
 from harness.gateway import Gateway
 from harness.kafka import KafkaBroker, unavailable_reason

@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, ResourceType
 from kafka import KafkaAdminClient
@@ -33,8 +31,9 @@ from kio.schema.incremental_alter_configs.v1.request import (
 )
 from kio.static.primitive import i8
 from support.client import RawClient, unique_topic, wait_until
+from support.kafka import need_kafka
 
-from harness.kafka import KafkaBroker, unavailable_reason
+from harness.kafka import KafkaBroker
 
 TIMEOUT = 30.0
 BROKER, TOPIC = 4, 2
@@ -42,24 +41,6 @@ SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 INVALID_REQUEST, INVALID_CONFIG = 42, 40
 DYNAMIC_BROKER, DYNAMIC_DEFAULT, STATIC, DEFAULT = 2, 3, 4, 5
 RELOGIN = "sasl.kerberos.min.time.before.relogin"  # dynamic per broker in Kafka 3.5.1
-
-
-@pytest.fixture(scope="module")
-def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker | None]:
-    """One Kafka 3.5.1 for the module, or None when it cannot run here."""
-    if unavailable_reason() is not None:
-        yield None
-        return
-    broker = KafkaBroker(tmp_path_factory.mktemp("kafka"))
-    broker.start()
-    yield broker
-    broker.stop()
-
-
-def need_kafka(kafka: KafkaBroker | None) -> KafkaBroker:
-    if kafka is None:
-        pytest.skip(f"Kafka half skipped: {unavailable_reason()}")
-    return kafka
 
 
 def both(gateway: Any, kafka: KafkaBroker | None) -> dict[str, str]:

@@ -3,7 +3,6 @@ gateway, including durability across SIGKILL and produce afterwards."""
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 import kafka.errors as kerr
@@ -11,13 +10,12 @@ import pytest
 from confluent_kafka import (
     OFFSET_BEGINNING,
     OFFSET_END,
-    Consumer,
     KafkaError,
     KafkaException,
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 from kafka import KafkaAdminClient, KafkaConsumer
 from kafka import TopicPartition as KpTopicPartition
 from support.client import (
@@ -37,6 +35,7 @@ from support.client import (
     ms,
     produce_request,
 )
+from support.confluent import confluent_consumer, create_topic
 
 TIMEOUT = 20.0
 API_DELETE_RECORDS = 21
@@ -44,12 +43,6 @@ EARLIEST, LATEST = -2, -1
 
 
 # ------------------------------------------------------------------------------ helpers
-
-
-def create_topic(bootstrap: str, topic: str, partitions: int = 2) -> None:
-    client = AdminClient({"bootstrap.servers": bootstrap})
-    futures = client.create_topics([NewTopic(topic, partitions, 1)], operation_timeout=TIMEOUT)
-    futures[topic].result(TIMEOUT)
 
 
 def produce_raw(bootstrap: str, topic: str, partition: int, count: int, tag: str = "v") -> int:
@@ -120,18 +113,6 @@ def delete_records_raw(
         for t in response.topics
         for p in t.partitions
     ]
-
-
-def confluent_consumer(bootstrap: str, **extra: Any) -> Consumer:
-    conf = {
-        "bootstrap.servers": bootstrap,
-        "group.id": f"g-{uuid.uuid4().hex[:8]}",
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-        "auto.offset.reset": "error",
-    }
-    conf.update(extra)
-    return Consumer(conf)
 
 
 def confluent_produce(bootstrap: str, topic: str, partition: int, count: int) -> list[int]:

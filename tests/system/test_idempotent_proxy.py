@@ -19,8 +19,8 @@ from collections.abc import Callable
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 from support.client import ERR_NONE, RawClient, decode_records, fetch_request
+from support.confluent import create_topic
 from support.proxy import DroppingProxy
 
 RECORDS = 5000
@@ -53,12 +53,6 @@ def proxy(request: pytest.FixtureRequest):
     yield proxy
     proxy.close()
     assert not proxy.errors, proxy.errors
-
-
-def create_topic(bootstrap: str, topic: str) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS)])
-    futures[topic].result(timeout=15)
 
 
 def values_for(prefix: str) -> list[bytes]:
@@ -134,7 +128,7 @@ def assert_exactly_once(
 def run_with_drops(
     proxy: DroppingProxy, gateway, topic: str, produce: Callable[[], list[Ack]]
 ) -> list[Ack]:
-    create_topic(gateway.bootstrap, topic)
+    create_topic(gateway.bootstrap, topic, PARTITIONS)
     proxy.dropping = True
     started = time.monotonic()
     try:

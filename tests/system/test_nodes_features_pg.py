@@ -12,6 +12,7 @@ from pathlib import Path
 import psycopg
 from confluent_kafka import Consumer, Producer
 from support.nodes import gateway_args, pg_url, postgres, requires_postgres  # noqa: F401
+from support.security import produce_with_each_mechanism
 
 from core.credentials import MECHANISMS, new_credential
 from core.credentials_pg import PostgresCredentialStore
@@ -58,18 +59,7 @@ def test_users_added_to_postgres_log_in_on_a_node(tmp_path: Path, pg_url: str) -
     )
     gw.start_fresh()
     try:
-        for mechanism in MECHANISMS:
-            producer = Producer(
-                {
-                    "bootstrap.servers": f"127.0.0.1:{port}",
-                    "security.protocol": "SASL_PLAINTEXT",
-                    "sasl.mechanism": mechanism,
-                    "sasl.username": "admin",
-                    "sasl.password": secret,
-                }
-            )
-            producer.produce("pg-users", b"x")
-            assert producer.flush(30) == 0, mechanism
+        produce_with_each_mechanism(port, "admin", secret, "pg-users", MECHANISMS)
     finally:
         gw.close()
     with psycopg.connect(pg_url) as conn:

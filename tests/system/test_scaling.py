@@ -21,11 +21,11 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 from conftest import Gateway
 from support.client import wait_until
+from support.confluent import create_topic
 from support.scaling import (
     METRICS_ARGS,
     admin_url,
     check_complete,
-    create_topic,
     describe,
     finish,
     http,

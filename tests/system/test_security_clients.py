@@ -15,9 +15,9 @@ import uuid
 
 import pytest
 from support.client import unique_topic
+from support.security import secure_gateway
 
-from harness.gateway import Gateway
-from harness.security import SecureListeners, add_scram_user, make_certs
+from harness.security import SecureListeners
 
 USER, PASSWORD = "alice", "alice-secret-1"
 COMBINATIONS = [
@@ -35,14 +35,8 @@ IDS = [f"{p}-{m or 'none'}" for p, m in COMBINATIONS]
 @pytest.fixture(scope="module")
 def secure(tmp_path_factory):
     base = tmp_path_factory.mktemp("secure")
-    listeners = SecureListeners(make_certs(base / "certs"))
-    gw = Gateway(base / "data", base / "server.log", listeners.gateway_args())
-    gw.start_fresh()
-    try:
-        add_scram_user(gw.bootstrap, USER, PASSWORD)
+    with secure_gateway(base, USER, PASSWORD) as (gw, listeners):
         yield gw, listeners
-    finally:
-        gw.close()
 
 
 def _messages(n: int = 10) -> list[bytes]:

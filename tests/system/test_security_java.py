@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import pytest
 from support.client import unique_topic
+from support.security import secure_gateway
 
-from harness.gateway import Gateway
 from harness.kafka import run_tool, unavailable_reason
-from harness.security import SecureListeners, make_certs
+from harness.security import SecureListeners
 
 pytestmark = pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason()))
 
@@ -23,13 +23,8 @@ USER, PASSWORD = "carol", "carol-secret-3"
 @pytest.fixture(scope="module")
 def secure(tmp_path_factory):
     base = tmp_path_factory.mktemp("secure-java")
-    listeners = SecureListeners(make_certs(base / "certs"))
-    gw = Gateway(base / "data", base / "server.log", listeners.gateway_args())
-    gw.start_fresh()
-    try:
+    with secure_gateway(base) as (gw, listeners):
         yield gw, listeners, base
-    finally:
-        gw.close()
 
 
 def _configs(bootstrap: str, *args: str) -> str:

@@ -27,10 +27,11 @@ from support.client import (
     recv_frame,
     request_header,
 )
+from support.security import produce_with_each_mechanism, secure_gateway
 
 from harness.gateway import Gateway
 from harness.ports import free_port
-from harness.security import CLIENT_CN, CLIENT_OU, SecureListeners, add_scram_user, make_certs
+from harness.security import CLIENT_CN, CLIENT_OU, SecureListeners
 
 USER, PASSWORD = "bob", "bob-secret-2"
 MECHANISMS = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
@@ -40,14 +41,8 @@ SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 @pytest.fixture(scope="module")
 def secure(tmp_path_factory):
     base = tmp_path_factory.mktemp("secure-proto")
-    listeners = SecureListeners(make_certs(base / "certs"))
-    gw = Gateway(base / "data", base / "server.log", listeners.gateway_args())
-    gw.start_fresh()
-    try:
-        add_scram_user(gw.bootstrap, USER, PASSWORD)
+    with secure_gateway(base, USER, PASSWORD) as (gw, listeners):
         yield gw, listeners
-    finally:
-        gw.close()
 
 
 def _connect(listeners: SecureListeners, protocol: str) -> socket.socket:
@@ -358,7 +353,6 @@ def test_loopback_default_does_not_warn(secure):
 def test_users_cli_bootstraps_the_first_user(tmp_path):
     """`streamgate users add` before the first start; PLAIN and SCRAM logins work, and the
     password is nowhere in the data dir."""
-    from confluent_kafka import Producer
 
     data = tmp_path / "data"
     secret = "first-admin-Secret-9"
@@ -383,18 +377,7 @@ def test_users_cli_bootstraps_the_first_user(tmp_path):
     )
     gw.start_fresh()
     try:
-        for mechanism in MECHANISMS:
-            producer = Producer(
-                {
-                    "bootstrap.servers": f"127.0.0.1:{port}",
-                    "security.protocol": "SASL_PLAINTEXT",
-                    "sasl.mechanism": mechanism,
-                    "sasl.username": "admin",
-                    "sasl.password": secret,
-                }
-            )
-            producer.produce("cli-users", b"x")
-            assert producer.flush(30) == 0, mechanism
+        produce_with_each_mechanism(port, "admin", secret, "cli-users", MECHANISMS)
     finally:
         gw.close()
     for path in data.rglob("*"):

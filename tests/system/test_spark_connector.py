@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 from support.client import unique_topic
+from support.confluent import create_topic
 from support.spark import (
     consume_all,
-    create_topic,
     delete_records,
     end_offsets,
     kafka_options,

@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 from support.client import unique_topic
-from support.spark import consume_all, create_topic, http, wait_for
+from support.confluent import create_topic
+from support.spark import consume_all, http, wait_for
 
 from harness.gateway import REPO_ROOT, Gateway
 from spark_examples import generator, iot_pipeline, replay

@@ -12,15 +12,8 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 from support.client import unique_topic
-from support.spark import (
-    add_partitions,
-    create_topic,
-    http,
-    kafka_options,
-    open_segments,
-    parquet_rows,
-    wait_for,
-)
+from support.confluent import create_topic
+from support.spark import add_partitions, http, kafka_options, open_segments, parquet_rows, wait_for
 
 pytestmark = pytest.mark.timeout(600)
 

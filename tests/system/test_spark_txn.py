@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 from support.client import unique_topic
-from support.spark import create_topic, kafka_options, parquet_rows
+from support.confluent import create_topic
+from support.spark import kafka_options, parquet_rows
 from support.txn import produce_txn, txn_producer
 
 pytestmark = pytest.mark.timeout(600)

@@ -37,7 +37,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 from conftest import Gateway
 from support.client import (
     ERR_NONE,
@@ -52,6 +52,7 @@ from support.client import (
     produce_request,
     wait_until,
 )
+from support.confluent import create_topic
 from support.scaling import METRICS_ARGS, http
 
 ERR_KAFKA_STORAGE_ERROR = 56
@@ -187,14 +188,6 @@ def wait_local_trimmed(gw: Gateway) -> None:
         wait_until(lambda: local_log_bytes(gw) == 0, timeout=UPLOAD_TIMEOUT, interval=0.1)
     except TimeoutError:
         raise AssertionError(f"{local_log_bytes(gw)} tier-1 bytes left") from None
-
-
-def create_topic(bootstrap: str, topic: str, partitions: int, **configs: str) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics(
-        [NewTopic(topic, num_partitions=partitions, replication_factor=1, config=configs)]
-    )
-    futures[topic].result(timeout=15)
 
 
 def value_for(i: int, size: int = VALUE_BYTES) -> bytes:
@@ -709,7 +702,7 @@ def _wait_objects(tier2: Tier2, gw: Gateway, count: int) -> list[str]:
 @pytest.mark.gateway_args(*RETENTION_ARGS)
 def test_retention_ms_expires_old_slices_and_deletes_chunks(tgw, tier2, topic) -> None:
     partitions = 2
-    create_topic(tgw.bootstrap, topic, partitions, **{"retention.ms": "60000"})
+    create_topic(tgw.bootstrap, topic, partitions, {"retention.ms": "60000"})
     hour_ago = int(time.time() * 1000) - 3600_000
     old = produce(tgw.bootstrap, topic, keyed(0, 600, timestamp=hour_ago))
     old_ends = ends_of(old, partitions)
@@ -750,7 +743,7 @@ def test_retention_ms_expires_old_slices_and_deletes_chunks(tgw, tier2, topic) -
 @pytest.mark.gateway_args(*RETENTION_ARGS)
 def test_retention_bytes_keeps_the_newest_bytes(tgw, tier2, topic) -> None:
     retention_bytes = 200_000
-    create_topic(tgw.bootstrap, topic, 1, **{"retention.bytes": str(retention_bytes)})
+    create_topic(tgw.bootstrap, topic, 1, {"retention.bytes": str(retention_bytes)})
     expected: Expected = {}
     for start in range(0, 1000, 250):  # ~1 MB in several flushes: many chunks
         batch = keyed(start, 250, partition=0)
@@ -945,7 +938,7 @@ def test_timestamp_lookup_during_s3_outage_answers_storage_error(
     "200",
 )
 def test_timestamp_lookup_below_log_start_with_local_copy(tgw, tier2, topic) -> None:
-    create_topic(tgw.bootstrap, topic, 1, **{"retention.ms": "60000"})
+    create_topic(tgw.bootstrap, topic, 1, {"retention.ms": "60000"})
     hour_ago = int(time.time() * 1000) - 3600_000
     produce(tgw.bootstrap, topic, keyed(0, 300, partition=0, timestamp=hour_ago))
     wait_all_uploaded(tgw)
