@@ -54,3 +54,24 @@ class PrincipalClient(RawClient):
 
     def call(self, api_key: int, version: int, body: dict[str, Any]) -> Any:
         return self.request(build_entity(load_request_schema(api_key, version), body))
+
+
+def any_acl_filter() -> Any:
+    """A confluent-kafka AclBindingFilter that matches every binding."""
+    from confluent_kafka.admin import (
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    return AclBindingFilter(
+        ResourceType.ANY,
+        None,
+        ResourcePatternType.ANY,
+        None,
+        None,
+        AclOperation.ANY,
+        AclPermissionType.ANY,
+    )

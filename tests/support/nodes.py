@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
 import pytest
 
+from harness.gateway import Gateway
 from harness.postgres import PostgresServer, unavailable_reason
 
 requires_postgres = pytest.mark.skipif(
@@ -50,3 +52,15 @@ def gateway_args(
 
 def log_of(path: Path) -> str:
     return path.read_text(errors="replace") if path.exists() else ""
+
+
+@contextmanager
+def running(nodes: list[Gateway]) -> Iterator[list[Gateway]]:
+    """Starts every node fresh, in order; closes them all on the way out."""
+    try:
+        for node in nodes:
+            node.start_fresh()
+        yield nodes
+    finally:
+        for node in nodes:
+            node.close()

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicCollection
 from confluent_kafka.admin import AclOperation, AdminClient, NewTopic
-from support.acl import ADMIN, acl_gateway, client_config, java_properties
+from support.acl import ADMIN, acl_gateway, any_acl_filter, client_config, java_properties
 
 from harness.kafka import run_tool, unavailable_reason
 
@@ -158,7 +158,7 @@ def test_confluent_producer_and_consumer(gw: Any) -> None:
     ]
     for future in admin.create_acls(bindings).values():
         future.result(TIMEOUT)
-    described = admin.describe_acls(_any_filter(), request_timeout=TIMEOUT).result(TIMEOUT)
+    described = admin.describe_acls(any_acl_filter(), request_timeout=TIMEOUT).result(TIMEOUT)
     assert set(described) == set(bindings)
 
     assert produce(gw, "alice", "orders") == [None, None, None]
@@ -199,25 +199,6 @@ def test_confluent_producer_and_consumer(gw: Any) -> None:
     assert error.args[0].code() in (
         KafkaError.GROUP_AUTHORIZATION_FAILED,
         KafkaError.TOPIC_AUTHORIZATION_FAILED,
-    )
-
-
-def _any_filter() -> Any:
-    from confluent_kafka.admin import (
-        AclBindingFilter,
-        AclPermissionType,
-        ResourcePatternType,
-        ResourceType,
-    )
-
-    return AclBindingFilter(
-        ResourceType.ANY,
-        None,
-        ResourcePatternType.ANY,
-        None,
-        None,
-        AclOperation.ANY,
-        AclPermissionType.ANY,
     )
 
 

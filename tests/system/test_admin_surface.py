@@ -28,6 +28,7 @@ from confluent_kafka.admin import (
 from kafka import KafkaAdminClient, TopicPartition
 from kafka.admin import NewTopic as KpNewTopic
 from kio.static.primitive import i32, i64
+from support.acl import any_acl_filter
 from support.client import RawClient, Rec, build_record_batch, ms, produce_request, unique_topic
 from support.kafka import need_kafka
 
@@ -879,12 +880,6 @@ def test_unknown_config_names_only_are_invalid(shared_gateway, kafka):
 
 def test_acls_answer_security_disabled(shared_gateway, kafka):
     """No authorizer, like Kafka without one: SECURITY_DISABLED, not a closed connection."""
-    from confluent_kafka.admin import (
-        AclBindingFilter,
-        AclOperation,
-        AclPermissionType,
-        ResourcePatternType,
-    )
     from kio.schema.describe_acls.v3.request import DescribeAclsRequest
     from kio.static.primitive import i8
 
@@ -904,16 +899,7 @@ def test_acls_answer_security_disabled(shared_gateway, kafka):
         response = raw(bootstrap, request)
         assert response.error_message, label
         admin = confluent_admin(bootstrap)
-        acl_filter = AclBindingFilter(
-            ResourceType.ANY,
-            None,
-            ResourcePatternType.ANY,
-            None,
-            None,
-            AclOperation.ANY,
-            AclPermissionType.ANY,
-        )
-        listed = admin.describe_acls(acl_filter).result(TIMEOUT)  # librdkafka: empty
+        listed = admin.describe_acls(any_acl_filter()).result(TIMEOUT)  # librdkafka: empty
         code, out = tool("kafka-acls.sh", "--bootstrap-server", bootstrap, "--list")
         seen[label] = (response.error_code, listed, "SecurityDisabledException" in out)
     assert seen["streamgate"] == (security_disabled, [], True)

@@ -27,7 +27,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer, TopicPartition
 from support.client import RawClient, Rec, build_record_batch, produce_request, wait_until
 from support.crash import check_exactly_once, read_from_start
-from support.nodes import gateway_args, pg_url, postgres, requires_postgres  # noqa: F401
+from support.nodes import gateway_args, pg_url, postgres, requires_postgres, running  # noqa: F401
 
 from harness.gateway import Gateway
 
@@ -59,26 +59,16 @@ def _cluster(
 @pytest.fixture
 def spread_cluster(tmp_path: Path, pg_url: str):  # noqa: F811
     nodes = _cluster(tmp_path, pg_url, "least-loaded")
-    try:
-        for node in nodes:
-            node.start_fresh()
+    with running(nodes):
         yield nodes
-    finally:
-        for node in nodes:
-            node.close()
 
 
 @pytest.fixture
 def creator_cluster(tmp_path: Path, pg_url: str):  # noqa: F811
     # a fast scaler (as in tests/system/test_scaling.py); topics here scale only when asked to
     nodes = _cluster(tmp_path, pg_url, "creator", FAST_SCALER)
-    try:
-        for node in nodes:
-            node.start_fresh()
+    with running(nodes):
         yield nodes
-    finally:
-        for node in nodes:
-            node.close()
 
 
 def _leaders(bootstrap: str, topic: str) -> dict[int, int]:

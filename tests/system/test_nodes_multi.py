@@ -24,7 +24,7 @@ from support.client import (
     wait_until,
 )
 from support.crash import check_exactly_once, read_from_start
-from support.nodes import gateway_args, pg_url, postgres, requires_postgres  # noqa: F401
+from support.nodes import gateway_args, pg_url, postgres, requires_postgres, running  # noqa: F401
 
 from harness.gateway import Gateway
 
@@ -48,13 +48,8 @@ def cluster(tmp_path: Path, pg_url: str):  # noqa: F811
         )
         for i in (1, 2, 3)
     ]
-    try:
-        for node in nodes:
-            node.start_fresh()
+    with running(nodes):
         yield nodes
-    finally:
-        for node in nodes:
-            node.close()
 
 
 def _leaders(bootstrap: str, topic: str) -> tuple[set[int], set[int]]:
