@@ -42,7 +42,7 @@ mosquitto-installed:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq mosquitto; }
 
-# The JDK's compiler, for tests/test_txn_java.py (the Java transactional producer, run in
+# The JDK's compiler, for tests/system/test_txn_java.py (the Java transactional producer, run in
 # source-file mode against ../shared/kafka's client jars).
 javac-installed: java-installed
 	@[ ! -d ../shared/kafka ] || command -v javac >/dev/null || { \

@@ -121,7 +121,7 @@ def make_producer(bootstrap: str, ledger: Ledger) -> Producer:
             "reconnect.backoff.ms": 50,
             "reconnect.backoff.max.ms": 200,
             # Without this librdkafka re-bootstraps each time every broker is down and can
-            # spend whole cycles without producing (see tests/test_tier2_crash.py).
+            # spend whole cycles without producing (see tests/system/test_tier2_crash.py).
             "metadata.recovery.strategy": "none",
             "error_cb": ledger.on_error,
             "logger": _quiet,

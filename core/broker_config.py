@@ -7,7 +7,7 @@ The effective value of a name is the per-broker one, else the cluster default, e
 gateway's static setting (its `streamgate serve` option).
 
 Which names may be altered, and the answers for those that may not, were measured against a
-single-node KRaft Kafka 3.5.1 (tests/test_configs_vs_kafka.py compares them):
+single-node KRaft Kafka 3.5.1 (tests/system/test_configs_vs_kafka.py compares them):
 - a config Kafka knows that is not dynamic (broker.id, log.dirs, ...): INVALID_REQUEST
   "Cannot update these configs dynamically: Set(...)";
 - an SSL keystore/truststore config without a listener prefix: INVALID_REQUEST;

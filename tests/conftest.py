@@ -21,19 +21,46 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers import DEFAULT_PARTITIONS, unique_topic
+from support.client import DEFAULT_PARTITIONS, unique_topic
 
 from harness.gateway import Gateway, GatewayError
 
 __all__ = ["Gateway", "GatewayError"]
 
-pytest_plugins = ["s3fixtures", "spark_fixtures"]
+pytest_plugins = ["support.s3", "support.spark", "support.kafka"]
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "gateway_args(*args): extra command line arguments for the gateway fixture"
     )
+    config.addinivalue_line("markers", "unit: in-process test of modules (tests/unit/)")
+    config.addinivalue_line("markers", "system: test against real server processes (tests/system/)")
+
+
+_TESTS_DIR = Path(__file__).resolve().parent
+# fixtures that start real servers: a test using one is a system test
+SERVER_FIXTURES = frozenset(
+    {"gateway", "shared_gateway", "spark", "spark_gateway", "moto_server", "outage_proxy"}
+    | {"postgres", "pg_url", "group_run"}
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Marks each test `unit` or `system` from its folder (tests/README.md), so `-m unit` and
+    `-m system` select the same tests as the folders; a module outside both folders is
+    classed by the fixtures its tests use. A unit test using a server fixture is an error."""
+    for item in items:
+        kind = item.path.resolve().relative_to(_TESTS_DIR).parts[0]
+        servers = SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ()))
+        if kind == "unit" and servers:
+            raise pytest.UsageError(
+                f"{item.nodeid} is in tests/unit/ but uses {sorted(servers)}: "
+                "a test that starts servers belongs in tests/system/"
+            )
+        if kind not in ("unit", "system"):
+            kind = "system" if servers else "unit"
+        item.add_marker(kind)
 
 
 def _new_gateway(base: Path, args: tuple[str, ...]) -> Gateway:
@@ -68,9 +95,9 @@ def shared_gateway(request: pytest.FixtureRequest, tmp_path_factory: pytest.Temp
 
 @pytest.fixture
 def group_run():
-    """`group_run(gateway, name, partitions)` makes a GroupRun (tests/group_members.py): a
+    """`group_run(gateway, name, partitions)` makes a GroupRun (tests/support/groups.py): a
     new topic and group; every member made through it is stopped at teardown."""
-    from group_members import GroupRun
+    from support.groups import GroupRun
 
     runs: list[GroupRun] = []
 

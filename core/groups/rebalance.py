@@ -13,7 +13,7 @@ Each of those waits lasts at least `MIN_INITIAL_WAIT`, even with a delay of 0: K
 them from its delayed-operation purgatory (a timer thread with 1 ms ticks, then the group
 lock), so on Kafka 3.5.1 a first JoinGroup with `group.initial.rebalance.delay.ms=0` is
 answered 1-4 ms after it arrives, and a second member arriving meanwhile shares generation 1
-(measured side by side: tests/test_groups_static_vs_kafka.py). Answered on the next loop
+(measured side by side: tests/system/test_groups_static_vs_kafka.py). Answered on the next loop
 iteration instead, a static member started together with another formed a generation of
 one, took every partition, and a second rebalance revoked them again.
 """

@@ -1,0 +1,49 @@
+"""compat/bench_kafka_vs_streamgate.py --quick runs end to end and writes its three files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.kafka import unavailable_reason
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_kafka_vs_streamgate_quick(tmp_path: Path) -> None:
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(f"the side-by-side needs Apache Kafka: {reason}")
+    out = tmp_path / "kvs"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO_ROOT / "compat" / "bench_kafka_vs_streamgate.py"),
+            "--quick",
+            "--runs",
+            "1",
+            "--progress",
+            "none",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.with_suffix(".json").is_file(), proc.stdout + proc.stderr
+    assert out.with_suffix(".md").read_text().startswith("# Apache Kafka 3.5.1 beside streamgate")
+    assert out.with_suffix(".png").stat().st_size > 1000
+    report = json.loads(out.with_suffix(".json").read_text())
+    assert report["provenance"]["commit"]
+    assert set(report["results"]) >= {"perf-producer", "rate-2k", "many-raw"}
+    (raw,) = report["results"]["many-raw"]["streamgate"]
+    assert raw["ok"] and raw["delivered"] == raw["records"], raw  # pipelined, all answered
+    # which side was the limit: CPU of server and client, per run and per partitions phase
+    (wide,) = report["results"]["partitions"]["streamgate"]
+    assert wide["cpu"]["server_cores"] > 0 and wide["cpu"]["client_cores"] > 0, wide
+    assert wide["wide"]["cpu"]["server_cores"] is not None, wide
