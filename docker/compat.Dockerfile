@@ -13,6 +13,7 @@ ENV KAFKA_HOME=/opt/kafka \
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY gateway ./gateway
+COPY kafkawire ./kafkawire
 COPY core ./core
 COPY compat ./compat
 COPY harness ./harness
