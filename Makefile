@@ -81,7 +81,7 @@ compat: $(TEST_STAMP) kcat-installed java-installed
 clean:
 	rm -rf $(VENV) data .pytest_cache .hypothesis
 
-# The history checker's soak (harness/history.py): 10 minutes of the mixed workload
+# The history checker's soak (harness/history/): 10 minutes of the mixed workload
 # (idempotent producers, a consumer group, raw pipelined probes, a split and a merge) with
 # 10 SIGKILL restarts, then every promise checked; exit 1 on a violation.
 # `make soak-history SOAK_HISTORY_ARGS="--seed 7 --out history.jsonl"` adds options.

@@ -1,4 +1,4 @@
-"""The history checker (harness/history.py): check() on hand-made histories (each kind of
+"""The history checker (harness/history/): check() on hand-made histories (each kind of
 violation is found, a clean history passes), and a bounded run of the mixed workload against
 a real gateway (producers, a consumer group, raw pipelined probes, a split, a merge and two
 SIGKILL restarts) that must show no violation."""

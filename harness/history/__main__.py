@@ -1,0 +1,7 @@
+"""`python -m harness.history`."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())
