@@ -18,8 +18,8 @@ from admin.http import AdminServer
 from cli.acl_flags import AclSettings
 from core.acl.authorizer import Authorizer
 from core.acl.quotas import ClientQuotas
-from core.broker_config import DynamicBrokerConfigs
 from core.compaction import CompactionSettings
+from core.configs.broker import DynamicBrokerConfigs
 from core.credentials import Credentials, CredentialStore
 from core.groups import GroupCoordinator, GroupSettings
 from core.metadata import SQLiteCredentialStore

@@ -19,6 +19,7 @@ import trio
 from .api import PendingRead, ReadResult, ScaleResult, TopicError, validate_topic_name
 from .cluster_view import CLUSTER
 from .compaction import CompactionSettings, Compactor
+from .configs.topic import ConfigError, validate_topic_configs
 from .errors import ErrorCode
 from .metadata import (
     MetadataStore,
@@ -37,7 +38,6 @@ from .segments.objectstore import ObjectStore, open_object_store
 from .stream import Stream, reads
 from .stream.handover import MoveTimings, hand_over
 from .tiering import TierManager, TierSettings
-from .topic_config import ConfigError, validate_topic_configs
 
 log = logging.getLogger(__name__)
 

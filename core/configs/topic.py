@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 
-from .errors import ErrorCode
+from ..errors import ErrorCode
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
