@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import trio
 
-from .cluster_view import CLUSTER
+from .cluster.view import CLUSTER
 from .scaling.gather import gather_move
 from .scaling.plan import ScaleError
 from .scaling.policy import Decision, ScalingPolicy, SegmentLoad, decide

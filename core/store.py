@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import trio
 
 from .api import PendingRead, ReadResult, ScaleResult, TopicError, validate_topic_name
-from .cluster_view import CLUSTER
+from .cluster.view import CLUSTER
 from .compaction import CompactionSettings, Compactor
 from .configs.topic import ConfigError, validate_topic_configs
 from .errors import ErrorCode

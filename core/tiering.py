@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import trio
 
 from .api import StoreUnavailable
-from .cluster_view import CLUSTER
+from .cluster.view import CLUSTER
 from .configs.topic import split_list
 from .metadata import ChunkRecord, ChunkSlice, MetadataStore, OpenTxnSnapshot
 from .metadata_worker import MetadataWorker

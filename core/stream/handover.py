@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from ..api import ScaleResult
-from ..cluster_view import CLUSTER
+from ..cluster.view import CLUSTER
 from ..metadata import SegmentRecord
 from ..partition import Partition
 from ..scaling.plan import ScaleError

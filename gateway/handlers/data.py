@@ -19,7 +19,7 @@ from core.api import (
     Topic,
     TopicError,
 )
-from core.cluster_view import CLUSTER
+from core.cluster.view import CLUSTER
 from core.configs.produce_rules import Rewritten, apply_rules, rules_for
 from core.configs.topic import max_message_bytes
 from core.errors import ErrorCode
