@@ -29,10 +29,10 @@ from .metadata import (
     TopicRecord,
 )
 from .metadata_worker import MetadataWorker
-from .scaler import RateMeter, run_scaler
 from .scaling.placement import least_loaded_other, place_segments
 from .scaling.plan import ScaleError, split_range
 from .scaling.policy import Decision
+from .scaling.scaler import RateMeter, run_scaler
 from .segments.log import SegmentLog
 from .segments.objectstore import ObjectStore, open_object_store
 from .stream import Stream, reads
