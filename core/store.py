@@ -19,7 +19,8 @@ import trio
 from .api import PendingRead, ReadResult, ScaleResult, TopicError, validate_topic_name
 from .cluster.view import CLUSTER
 from .compaction import CompactionSettings, Compactor
-from .configs.topic import ConfigError, validate_topic_configs
+from .configs.topic import validate_topic_configs
+from .configs.topic_defs import ConfigError
 from .errors import ErrorCode
 from .metadata import (
     MetadataStore,

@@ -29,7 +29,7 @@ import trio
 
 from .api import StoreUnavailable
 from .cluster.view import CLUSTER
-from .configs.topic import split_list
+from .configs.topic_defs import split_list
 from .metadata import ChunkRecord, ChunkSlice, MetadataStore, OpenTxnSnapshot
 from .metadata_worker import MetadataWorker
 from .segments.chunks import build_chunk, chunk_key

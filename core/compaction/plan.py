@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ..configs.topic import split_list
+from ..configs.topic_defs import split_list
 from ..metadata import ChunkRecord, ChunkSlice
 from ..partition import Partition
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..errors import ErrorCode
-from .topic import (
+from .topic_defs import (
     AlterOp,
     ConfigError,
     ConfigSource,

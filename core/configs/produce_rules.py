@@ -40,7 +40,7 @@ from core.recordbatch import (
 )
 
 from ..errors import ErrorCode
-from .topic import split_list
+from .topic_defs import split_list
 
 CODECS = {
     "uncompressed": COMPRESSION_NONE,

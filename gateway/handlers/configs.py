@@ -15,7 +15,8 @@ from typing import Any
 
 from core.api import StoreError, Topic, TopicError
 from core.configs.broker import DEFAULT_RESOURCE, altered_set, replaced_set
-from core.configs.topic import ConfigEntry, ConfigError, apply_alter_ops, describe_topic_configs
+from core.configs.topic import apply_alter_ops, describe_topic_configs
+from core.configs.topic_defs import ConfigEntry, ConfigError
 from core.errors import ErrorCode
 from gateway.errors import log_store_error
 from kafkawire.codec import RequestHeader
