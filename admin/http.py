@@ -33,7 +33,7 @@ from prometheus_client.registry import Collector
 from admin.compaction import compaction_metrics, describe_compaction
 from admin.moves import MOVE_TIMEOUT_S, is_move, move_segment
 from core.api import ScaleResult, TopicError
-from core.cluster_view import CLUSTER
+from core.cluster.view import CLUSTER
 from core.scaling.plan import ScaleError
 from core.scaling.policy import ScalingPolicy
 from core.segments.commit_times import COMMIT_TIMES

@@ -18,8 +18,8 @@ from admin.http import AdminServer
 from cli.acl_flags import AclSettings
 from core.acl.authorizer import Authorizer
 from core.acl.quotas import ClientQuotas
-from core.broker_config import DynamicBrokerConfigs
 from core.compaction import CompactionSettings
+from core.configs.broker import DynamicBrokerConfigs
 from core.credentials import Credentials, CredentialStore
 from core.groups import GroupCoordinator, GroupSettings
 from core.metadata import SQLiteCredentialStore
@@ -32,7 +32,7 @@ from gateway.security.sasl import ALL_MECHANISMS
 from gateway.server import Gateway, ServerSettings
 
 if TYPE_CHECKING:
-    from core.nodes import NodeMembership
+    from core.nodes.membership import NodeMembership
 
 log = logging.getLogger("streamgate")
 
@@ -144,7 +144,7 @@ async def serve(settings: Settings) -> None:
 async def _start_node(settings: Settings, store: StreamStore, root: trio.Nursery) -> NodeMembership:
     """Take this node's lease before the store opens its segments; keep renewing it until
     the store has closed (queued writes flushed), then release it."""
-    from core.nodes import NodeMembership, NodeSettings  # psycopg only when asked for
+    from core.nodes.membership import NodeMembership, NodeSettings  # psycopg only when asked for
 
     membership = NodeMembership(
         settings.metadata_url or "",

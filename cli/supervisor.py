@@ -29,7 +29,7 @@ from cli.embedded_pg import EmbeddedPostgres, EmbeddedPostgresError
 
 log = logging.getLogger("streamgate.supervisor")
 
-LEASE_LOST_EXIT = 75  # core/nodes.py: the node's lease went to a newer incarnation
+LEASE_LOST_EXIT = 75  # core/nodes/membership.py: the node's lease went to a newer incarnation
 STOP_GRACE_S = 15.0
 BACKOFF_FIRST_S = 0.5
 BACKOFF_MAX_S = 10.0

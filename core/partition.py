@@ -16,8 +16,8 @@ import trio
 
 from .errors import ErrorCode
 from .metadata import ChunkSlice
-from .partition_txns import AbortedTxn, PartitionTxns
 from .recordbatch import BatchHeader
+from .txn.partition_state import AbortedTxn, PartitionTxns
 
 INT32_MAX = 2**31 - 1
 # Like Kafka: the last five batches per producer are remembered to answer retried duplicates.

@@ -17,8 +17,10 @@ from dataclasses import dataclass, field
 import trio
 
 from .api import PendingRead, ReadResult, ScaleResult, TopicError, validate_topic_name
-from .cluster_view import CLUSTER
+from .cluster.view import CLUSTER
 from .compaction import CompactionSettings, Compactor
+from .configs.topic import validate_topic_configs
+from .configs.topic_defs import ConfigError
 from .errors import ErrorCode
 from .metadata import (
     MetadataStore,
@@ -28,16 +30,15 @@ from .metadata import (
     TopicRecord,
 )
 from .metadata_worker import MetadataWorker
-from .scaler import RateMeter, run_scaler
 from .scaling.placement import least_loaded_other, place_segments
 from .scaling.plan import ScaleError, split_range
 from .scaling.policy import Decision
+from .scaling.scaler import RateMeter, run_scaler
 from .segments.log import SegmentLog
 from .segments.objectstore import ObjectStore, open_object_store
 from .stream import Stream, reads
 from .stream.handover import MoveTimings, hand_over
 from .tiering import TierManager, TierSettings
-from .topic_config import ConfigError, validate_topic_configs
 
 log = logging.getLogger(__name__)
 

@@ -28,14 +28,14 @@ from dataclasses import dataclass
 import trio
 
 from .api import StoreUnavailable
-from .cluster_view import CLUSTER
+from .cluster.view import CLUSTER
+from .configs.topic_defs import split_list
 from .metadata import ChunkRecord, ChunkSlice, MetadataStore, OpenTxnSnapshot
 from .metadata_worker import MetadataWorker
 from .segments.chunks import build_chunk, chunk_key
 from .segments.log import LogFile, SegmentLog, Tier1Usage
 from .segments.objectstore import Body, ObjectNotFound, ObjectStore, ObjectStoreUnavailable
 from .stream import Stream
-from .topic_config import split_list
 
 log = logging.getLogger(__name__)
 

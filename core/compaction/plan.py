@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from ..configs.topic_defs import split_list
 from ..metadata import ChunkRecord, ChunkSlice
 from ..partition import Partition
-from ..topic_config import split_list
 
 LONG_MAX = 2**63 - 1
 

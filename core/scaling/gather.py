@@ -6,7 +6,7 @@ apart forever; so a node whose open segment is cold (the policy's merge conditio
 own) and whose neighbouring partition range is owned by another live node with a lower id
 hands the segment over to that node. The next evaluations there merge the two if both are
 cold. Moving only towards the lower id means two nodes never swap their cold segments.
-(Pure: `core/scaler.py` applies the decision through the store's hand-over.)
+(Pure: `core/scaling/scaler.py` applies the decision through the store's hand-over.)
 """
 
 from __future__ import annotations

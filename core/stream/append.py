@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, NamedTuple, cast
 import trio
 
 from ..api import AppendResult
-from ..cluster_view import CLUSTER
+from ..cluster.fencing import FENCE
+from ..cluster.view import CLUSTER
 from ..errors import ErrorCode
-from ..fencing import FENCE
 from ..partition import Partition
 from ..recordbatch import RecordBatchError, control_type, patch_base_offset, split_batches
 from ..segments.log import PendingAppend as LogAppend

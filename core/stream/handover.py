@@ -29,12 +29,11 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from ..api import ScaleResult
-from ..cluster_view import CLUSTER
+from ..cluster.view import CLUSTER
 from ..metadata import SegmentRecord
 from ..partition import Partition
 from ..scaling.plan import ScaleError
 from .ownership import Ownership, scale
-from .stats import SegmentStats
 
 if TYPE_CHECKING:
     from ..metadata.postgres import PostgresMetadataStore
@@ -215,8 +214,7 @@ async def _refresh(stream: Stream, db: PostgresMetadataStore, call: Call) -> Non
         if mine is None:
             stream.record.segments.append(record)
             segment = stream.new_log(record.segment_id)
-            stream.segments[record.segment_id] = segment
-            stream.stats[record.segment_id] = SegmentStats(now)
+            stream.add_segment(record.segment_id, segment, now)
             stream.spawn_flusher(segment)
             if record.sealed:
                 segment.seal()

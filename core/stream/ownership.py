@@ -17,7 +17,6 @@ from ..api import ScaleResult
 from ..metadata import SegmentRecord
 from ..scaling.crash import crash_point
 from ..scaling.plan import ScaleError, check_scale
-from .stats import SegmentStats
 
 if TYPE_CHECKING:
     from .stream import Stream
@@ -110,8 +109,7 @@ def scale(
             seg.sealed = True
     stream.record.segments.extend(successors)
     for record, segment_log in zip(successors, logs, strict=True):
-        stream.segments[record.segment_id] = segment_log
-        stream.stats[record.segment_id] = SegmentStats(now)
+        stream.add_segment(record.segment_id, segment_log, now)
         stream.spawn_flusher(segment_log)
     stream.ownership.replace(sealed, successors)
     stream.scale_events[kind] = stream.scale_events.get(kind, 0) + 1

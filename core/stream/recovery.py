@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING
 
 from ..recordbatch import control_type, read_batch_header
 from ..segments.log import SegmentLog, log_file_name, parse_log_file_name
-from .stats import SegmentStats
 
 if TYPE_CHECKING:
     from .stream import Stream
@@ -80,8 +79,7 @@ def open_segments(stream: Stream) -> list[SegmentLog]:
             uploaded_end=seg.uploaded_end,
             existing_bases=bases.get(seg.segment_id, ()),
         )
-        stream.segments[seg.segment_id] = segment
-        stream.stats[seg.segment_id] = SegmentStats(now)
+        stream.add_segment(seg.segment_id, segment, now)
         _replay(stream, seg.segment_id, segment)
         if seg.sealed:
             segment.seal()

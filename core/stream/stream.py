@@ -148,6 +148,13 @@ class Stream:
         """The open segment that owns the stream's last partition (new partitions go there)."""
         return self.ownership.tail()
 
+    def add_segment(self, segment_id: int, log: SegmentLog, created: float) -> None:
+        """A segment's log joins the stream, its counters starting at `created`
+        (time.monotonic()): on recovery, a scale event's successors, a segment handed over
+        by another node. Its flusher is the caller's to start."""
+        self.segments[segment_id] = log
+        self.stats[segment_id] = SegmentStats(created)
+
     def scale(self, seal: Sequence[int], new_ranges: Sequence[tuple[int, int]]) -> ScaleResult:
         return ownership.scale(self, seal, new_ranges)
 

@@ -21,16 +21,17 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Protocol
 
 import trio
 
-from ..api import AppendResult, StoreError
+from ..api import AppendResult, PendingAppend, StoreError
 from ..errors import ErrorCode
 from ..metadata import AbortedTxn, CommittedOffset, MetadataStore, TxnRecord
 from ..metadata_worker import MetadataWorker
 from ..recordbatch import RecordBatchError, build_control_batch, read_batch_header
+from .partition_state import PartitionTxns
 from .state import (
     COMPLETE_ABORT,
     COMPLETE_COMMIT,
@@ -42,13 +43,31 @@ from .state import (
     PREPARE_COMMIT,
 )
 
-if TYPE_CHECKING:
-    from ..store import StreamStore
-
 log = logging.getLogger(__name__)
 
 OffsetSink = Callable[[list[CommittedOffset]], Awaitable[None]]
 _MARKER_RETRY_S = 0.5
+
+
+class _Partition(Protocol):
+    @property
+    def txns(self) -> PartitionTxns | None: ...
+
+
+class _Stream(Protocol):
+    def has_partition(self, index: int) -> bool: ...
+    def partition(self, index: int) -> _Partition: ...
+    def start_marker(self, index: int, marker: bytes) -> AppendResult | PendingAppend: ...
+
+
+class TxnStore(Protocol):
+    """What the coordinator uses of the stream store (`core.store.StreamStore`): its open
+    streams, to write markers, and producer ids. Transactions sit below the stream (each
+    partition keeps its own transactions), so the coordinator never imports the store."""
+
+    @property
+    def streams(self) -> Mapping[str, _Stream]: ...
+    async def allocate_producer_id(self) -> int: ...
 
 
 def _now_ms() -> int:
@@ -58,7 +77,7 @@ def _now_ms() -> int:
 class TransactionCoordinator:
     def __init__(
         self,
-        store: StreamStore,
+        store: TxnStore,
         metadata: MetadataStore,
         worker: MetadataWorker,
         commit_offsets: OffsetSink,

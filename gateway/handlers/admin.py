@@ -9,7 +9,7 @@ from typing import Any
 
 from core.acl.model import CLUSTER_NAME, SUPPORTED_OPERATIONS, Operation, ResourceType
 from core.api import ZERO_UUID, Topic, TopicError, validate_topic_name
-from core.cluster_view import CLUSTER
+from core.cluster.view import CLUSTER
 from core.errors import ErrorCode
 from kafkawire.apis import SUPPORTED_APIS
 from kafkawire.codec import RequestHeader

@@ -3,7 +3,7 @@
 Contract: settings taken from the command line or environment (`streamgate serve` options)
 are STATIC_BROKER_CONFIG; fixed properties of streamgate are DEFAULT_CONFIG. The
 broker-level defaults of topic configs (`log.retention.ms`, ...) are derived from
-core.topic_config, so the two never disagree. Dynamic broker configs (core/broker_config.py)
+core.configs.topic_defs, so the two never disagree. Dynamic broker configs (core/configs/broker.py)
 come first: the node's own (DYNAMIC_BROKER_CONFIG), then the cluster default
 (DYNAMIC_DEFAULT_BROKER_CONFIG), then the entry's static or default value, Kafka's synonym
 order. An entry is read-only unless Kafka (or streamgate, STREAMGATE_DYNAMIC) lets it change
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from core.broker_config import DEFAULT_RESOURCE, DYNAMIC_CONFIGS, is_dynamic
-from core.topic_config import (
+from core.configs.broker import DEFAULT_RESOURCE, DYNAMIC_CONFIGS, is_dynamic
+from core.configs.topic_defs import (
     TOPIC_CONFIGS,
     ConfigEntry,
     ConfigSource,

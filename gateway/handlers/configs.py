@@ -1,8 +1,8 @@
 """DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topic and broker resources.
 
-Topics (resource type 2) have the configs of core.topic_config; the broker (type 4, named
+Topics (resource type 2) have the configs of core.configs.topic; the broker (type 4, named
 by its node id, or "" for the cluster-wide default) has the gateway's settings and the
-dynamic broker configs of core/broker_config.py, which AlterConfigs (the resource's whole
+dynamic broker configs of core/configs/broker.py, which AlterConfigs (the resource's whole
 set) and IncrementalAlterConfigs change. Every resource gets its own error code; one bad
 resource never fails the others. Alterations are validated completely before anything is
 written, and `validate_only` writes nothing.
@@ -14,9 +14,10 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from core.api import StoreError, Topic, TopicError
-from core.broker_config import DEFAULT_RESOURCE, altered_set, replaced_set
+from core.configs.broker import DEFAULT_RESOURCE, altered_set, replaced_set
+from core.configs.topic import apply_alter_ops, describe_topic_configs
+from core.configs.topic_defs import ConfigEntry, ConfigError
 from core.errors import ErrorCode
-from core.topic_config import ConfigEntry, ConfigError, apply_alter_ops, describe_topic_configs
 from gateway.errors import log_store_error
 from kafkawire.codec import RequestHeader
 

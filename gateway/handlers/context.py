@@ -11,7 +11,7 @@ from typing import Any
 from core.acl.authorizer import Authorizer
 from core.acl.quotas import ClientQuotas
 from core.api import Store, Transactions
-from core.broker_config import DynamicBrokerConfigs
+from core.configs.broker import DynamicBrokerConfigs
 from core.credentials import Credentials
 from core.groups import GroupCoordinator
 from kafkawire.codec import RequestHeader
@@ -49,7 +49,7 @@ class GatewayContext:
     credentials: Credentials | None = None  # SCRAM credentials (SASL, kafka-configs.sh)
     # Every listener as (name, bound host:port, advertised host:port), for broker configs.
     listeners: tuple[tuple[str, str, str], ...] = ()
-    # Dynamic broker configs (core/broker_config.py); None: broker configs are read-only.
+    # Dynamic broker configs (core/configs/broker.py); None: broker configs are read-only.
     dynamic_configs: DynamicBrokerConfigs | None = None
 
 

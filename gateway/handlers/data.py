@@ -19,10 +19,10 @@ from core.api import (
     Topic,
     TopicError,
 )
-from core.cluster_view import CLUSTER
+from core.cluster.view import CLUSTER
+from core.configs.produce_rules import Rewritten, apply_rules, rules_for
+from core.configs.topic import max_message_bytes
 from core.errors import ErrorCode
-from core.produce_rules import Rewritten, apply_rules, rules_for
-from core.topic_config import max_message_bytes
 from gateway.errors import log_store_error
 from kafkawire.codec import RequestHeader
 from kafkawire.fetch_response import PartitionData, encode_fetch_response

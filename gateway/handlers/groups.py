@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.cluster_view import CLUSTER
+from core.cluster.view import CLUSTER
 from core.errors import ErrorCode
 from core.groups import GroupState, JoinRequest, SyncRequest
 from kafkawire.codec import RequestHeader

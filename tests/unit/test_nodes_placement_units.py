@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from core.cluster_view import ClusterView
+from core.cluster.view import ClusterView
 from core.scaling.placement import least_loaded_other, place_segments
 from core.scaling.plan import ScaleError, check_scale
 from kafkawire.codec import RequestHeader, encode_response

@@ -8,7 +8,7 @@ import pytest
 from kio.index import load_response_schema
 from kio.serial import entity_reader
 
-from core.produce_rules import ProduceRules, apply_rules, rules_for
+from core.configs.produce_rules import ProduceRules, apply_rules, rules_for
 from core.recordbatch import (
     COMPRESSION_GZIP,
     COMPRESSION_LZ4,

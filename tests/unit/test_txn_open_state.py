@@ -5,7 +5,7 @@ where a late, older one never replaces a newer one: tests/test_metadata_store.py
 
 from __future__ import annotations
 
-from core.partition_txns import PartitionTxns
+from core.txn.partition_state import PartitionTxns
 
 
 def test_snapshot_keeps_a_transaction_whose_marker_is_not_durable() -> None:

@@ -3,7 +3,7 @@ aborted-transactions list, and rollback of a failed write."""
 
 from __future__ import annotations
 
-from core.partition_txns import AbortedTxn, PartitionTxns
+from core.txn.partition_state import AbortedTxn, PartitionTxns
 
 
 def test_open_transactions_and_aborted_ranges() -> None:

@@ -1,6 +1,6 @@
 """Process-wide fencing for a node that holds its segments under a lease.
 
-One process is one node. With PostgreSQL metadata (`core/nodes.py`) the node's lease task
+One process is one node. With PostgreSQL metadata (`core/nodes/membership.py`) the node's lease task
 calls `Fence.renewed` after each successful renewal; an append is acknowledged only while
 `Fence.valid()`, i.e. before the local deadline `renewal start + lease - margin` — measured
 on the monotonic clock, which keeps counting while the process is frozen (SIGSTOP), so a

@@ -1,7 +1,7 @@
 """What this node knows about the other live nodes (docs/several-nodes.md, multi-node).
 
 Process-wide, like the fence: one process is one node. Off (single node) unless
-`core/nodes.py` enables it with `--multi-node`; then its sync task refreshes the live
+`core/nodes/membership.py` enables it with `--multi-node`; then its sync task refreshes the live
 brokers and, per topic, the partition ranges of the open segments with each one's owner
 node, every half second. A partition's leader is the owner of the open segment holding it.
 Handlers ask `is_local(topic, partition)` before serving data and `leader_ranges` for

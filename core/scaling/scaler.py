@@ -12,20 +12,54 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import trio
 
-from .cluster_view import CLUSTER
-from .scaling.gather import gather_move
-from .scaling.plan import ScaleError
-from .scaling.policy import Decision, ScalingPolicy, SegmentLoad, decide
-from .stream import Stream
+from ..cluster.view import CLUSTER
+from .gather import gather_move
+from .plan import ScaleError
+from .policy import Decision, ScalingPolicy, SegmentLoad, decide
+
+if TYPE_CHECKING:
+    from ..metadata import TopicRecord
 
 log = logging.getLogger(__name__)
 
 COOLDOWN_WINDOWS = 2.0
+
+
+class _Counters(Protocol):
+    @property
+    def bytes_in(self) -> int: ...
+    @property
+    def records_in(self) -> int: ...
+
+
+class _SegmentCounters(_Counters, Protocol):
+    @property
+    def created(self) -> float: ...
+
+
+class ScaledStream(Protocol):
+    """What the scaler reads of a stream (`core.stream.Stream`): its topic record, open
+    segments and counters. Scaling sits below the stream and never imports it."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def deleted(self) -> bool: ...
+    @property
+    def record(self) -> TopicRecord: ...
+    @property
+    def stats(self) -> Mapping[int, _SegmentCounters]: ...
+    def owners(self) -> Iterable[tuple[int, int, int]]: ...
+    def iter_partitions(self) -> Iterable[tuple[int, _Counters]]: ...
+
+
+S = TypeVar("S", bound=ScaledStream)
 
 
 @dataclass(slots=True)
@@ -38,7 +72,7 @@ class _Sample:
 class RateMeter:
     """Sliding-window rates of a stream's open segments and their partitions."""
 
-    def __init__(self, stream: Stream, window: float) -> None:
+    def __init__(self, stream: ScaledStream, window: float) -> None:
         self.stream = stream
         self.window = window
         self._samples: deque[_Sample] = deque()
@@ -96,12 +130,9 @@ class RateMeter:
         return 0.0
 
 
-ApplyFn = Callable[[Stream, Decision], None]
-
-
 async def run_scaler(
-    stream: Stream,
-    apply: ApplyFn,
+    stream: S,
+    apply: Callable[[S, Decision], None],
     window: float,
     interval: float,
     stopping: trio.Event,
@@ -145,7 +176,7 @@ async def run_scaler(
 
 
 def _gather(
-    stream: Stream,
+    stream: ScaledStream,
     loads: list[SegmentLoad],
     policy: ScalingPolicy,
     cooldown: float,

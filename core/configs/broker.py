@@ -34,8 +34,8 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .errors import ErrorCode
-from .topic_config import (
+from ..errors import ErrorCode
+from .topic_defs import (
     AlterOp,
     ConfigError,
     ConfigSource,

@@ -39,8 +39,8 @@ from core.recordbatch import (
     split_batches,
 )
 
-from .errors import ErrorCode
-from .topic_config import split_list
+from ..errors import ErrorCode
+from .topic_defs import split_list
 
 CODECS = {
     "uncompressed": COMPRESSION_NONE,

@@ -1,7 +1,7 @@
 """Several active nodes: apply topic changes made on other nodes (docs/several-nodes.md).
 
-Each sync round (core/nodes.py) reads every topic's head row (id, partition count, configs)
-from the shared database and makes this node's open streams agree with it:
+Each sync round (core/nodes/membership.py) reads every topic's head row (id, partition count,
+configs) from the shared database and makes this node's open streams agree with it:
 - a topic gone from the database, or there under another id (deleted, maybe created again),
   is closed and forgotten here, and its local files removed off the event loop; the
   caller's adoption step then opens the new topic of that name, if any;
@@ -19,11 +19,11 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from .metadata import TopicHead
+from ..metadata import TopicHead
 
 if TYPE_CHECKING:
-    from .store import StreamStore
-    from .stream import Stream
+    from ..store import StreamStore
+    from ..stream import Stream
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 `NodeMembership.run` registers the node (a new incarnation of its lease, claiming the open
 segments it may own: see `PostgresMetadataStore.register_node`), then renews the lease
-every `lease_s / 6`. Each success moves the process-wide fence deadline (core/fencing.py);
+every `lease_s / 6`. Each success moves the process-wide fence deadline (core/cluster/fencing.py);
 a renewal the database refuses means another incarnation won: the fence is lost and the
 process ends at once (exit status 75) without flushing anything, because it no longer owns
 its segments. A renewal that merely fails (database unreachable) is retried; appends stop
@@ -21,15 +21,15 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from .cluster_view import CLUSTER
-from .fencing import FENCE
-from .metadata import CommittedOffset
-from .metadata.postgres import LeaseError, PostgresMetadataStore
-from .stream.handover import apply_cluster_segments
+from ..cluster.fencing import FENCE
+from ..cluster.view import CLUSTER
+from ..metadata import CommittedOffset
+from ..metadata.postgres import LeaseError, PostgresMetadataStore
+from ..stream.handover import apply_cluster_segments
 from .topic_sync import reconcile
 
 if TYPE_CHECKING:
-    from .store import StreamStore
+    from ..store import StreamStore
 
 log = logging.getLogger(__name__)
 
