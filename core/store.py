@@ -455,10 +455,13 @@ class StreamStore:
         del self.streams[name]
         self._by_id.pop(stream.topic_id, None)
         self.meters.pop(name, None)
-        CLUSTER.forget(name)
-        stream.close()
-        self.tier.forget_topic(stream)
         log.info("topic %s %s", name, why)
+        try:
+            CLUSTER.forget(name)
+            stream.close()
+            self.tier.forget_topic(stream)
+        except Exception:  # forgotten all the same: its files still go
+            log.exception("topic %s: closing it failed", name)
         for listener in self.on_topic_deleted:
             listener(name)
         await trio.to_thread.run_sync(shutil.rmtree, stream.directory, True)

@@ -12,6 +12,7 @@ from collections import Counter
 from typing import Any
 
 from core.api import TopicError
+from core.cluster.view import CLUSTER
 from core.errors import ErrorCode
 from kafkawire.codec import RequestHeader
 
@@ -63,14 +64,11 @@ async def describe_cluster(ctx: GatewayContext, header: RequestHeader, body: Any
         "error_message": None,
         "endpoint_type": _ENDPOINT_BROKERS,
         "cluster_id": ctx.store.cluster_id,
+        # each node names itself, as KRaft brokers name a random live broker: any serves
         "controller_id": ctx.node_id,
         "brokers": [
-            {
-                "broker_id": ctx.node_id,
-                "host": host,
-                "port": port,
-                "rack": None,
-            }
+            {"broker_id": node_id, "host": h, "port": p, "rack": None}
+            for node_id, h, p in (CLUSTER.brokers or [(ctx.node_id, host, port)])
         ],
         "cluster_authorized_operations": cluster_authorized_operations(
             body.include_cluster_authorized_operations
