@@ -22,6 +22,7 @@ from .records import (
     OpenTxn,
     OpenTxnSnapshot,
     OwnedSegment,
+    PendingTxnOffset,
     ProducerSnapshot,
     ScramCredential,
     SegmentOwner,
@@ -29,6 +30,7 @@ from .records import (
     TopicExistsError,
     TopicHead,
     TopicRecord,
+    TxnPartition,
     TxnRecord,
     UserCredential,
 )
@@ -62,6 +64,8 @@ __all__ = [
     "TopicExistsError",
     "TopicHead",
     "TopicRecord",
+    "PendingTxnOffset",
+    "TxnPartition",
     "TxnRecord",
     "UserCredential",
 ]

@@ -109,6 +109,24 @@ class CommittedOffset:
     commit_ms: int = 0
 
 
+class TxnPartition(NamedTuple):
+    """A partition a transaction wrote to (AddPartitionsToTxn)."""
+
+    topic: str
+    partition: int
+
+
+class PendingTxnOffset(NamedTuple):
+    """A TxnOffsetCommit offset, committed with its transaction or dropped with it."""
+
+    group_id: str
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int
+    metadata: str | None
+
+
 @dataclass(slots=True)
 class TxnRecord:
     """A transactional id's coordinator state (core/txn), one row per id."""
@@ -120,10 +138,8 @@ class TxnRecord:
     timeout_ms: int
     start_ms: int = -1  # when the current transaction began
     update_ms: int = 0
-    partitions: list[tuple[str, int]] = field(default_factory=list)
-    # TxnOffsetCommit offsets pending until the commit: (group, topic, partition, offset,
-    # leader epoch, metadata)
-    offsets: list[tuple[str, str, int, int, int, str | None]] = field(default_factory=list)
+    partitions: list[TxnPartition] = field(default_factory=list)
+    offsets: list[PendingTxnOffset] = field(default_factory=list)
 
 
 class AbortedTxn(NamedTuple):

@@ -25,11 +25,13 @@ from .records import (
     OpenTxn,
     OpenTxnSnapshot,
     OwnedSegment,
+    PendingTxnOffset,
     ProducerSnapshot,
     SegmentRecord,
     TopicExistsError,
     TopicHead,
     TopicRecord,
+    TxnPartition,
     TxnRecord,
 )
 from .schema import migrate, schema_version
@@ -372,8 +374,8 @@ class SqlMetadataStore:
                 row[4],
                 row[5],
                 row[6],
-                partitions=[(t, p) for t, p in json.loads(row[7])],
-                offsets=[tuple(o) for o in json.loads(row[8])],
+                partitions=[TxnPartition(*tp) for tp in json.loads(row[7])],
+                offsets=[PendingTxnOffset(*o) for o in json.loads(row[8])],
             )
             for row in rows
         ]

@@ -28,7 +28,14 @@ import trio
 
 from ..api import AppendResult, PendingAppend, StoreError
 from ..errors import ErrorCode
-from ..metadata import AbortedTxn, CommittedOffset, MetadataStore, TxnRecord
+from ..metadata import (
+    AbortedTxn,
+    CommittedOffset,
+    MetadataStore,
+    PendingTxnOffset,
+    TxnPartition,
+    TxnRecord,
+)
 from ..metadata_worker import MetadataWorker
 from ..recordbatch import RecordBatchError, build_control_batch, read_batch_header
 from .partition_state import PartitionTxns
@@ -127,7 +134,7 @@ class TransactionCoordinator:
     def has_pending_offsets(self, group_id: str, topic: str, partition: int) -> bool:
         """An open transaction has a TxnOffsetCommit for this group's partition."""
         return any(
-            o[0] == group_id and o[1] == topic and o[2] == partition
+            (o.group_id, o.topic, o.partition) == (group_id, topic, partition)
             for txn in self._txns.values()
             if txn.state in (ONGOING, PREPARE_COMMIT)
             for o in txn.offsets
@@ -200,7 +207,7 @@ class TransactionCoordinator:
             new = [tp for tp in partitions if tp not in txn.partitions]
             if new or txn.state != ONGOING:
                 self._begin(txn)
-                txn.partitions.extend(new)
+                txn.partitions.extend(TxnPartition(*tp) for tp in new)
                 await self._save(txn)
                 self._start_timer(txn)
             return {tp: ErrorCode.NONE for tp in partitions}
@@ -236,9 +243,11 @@ class TransactionCoordinator:
             if txn.state != ONGOING:
                 return ErrorCode.INVALID_TXN_STATE
             keep = {(o.group_id, o.topic, o.partition) for o in offsets}
-            txn.offsets = [o for o in txn.offsets if (o[0], o[1], o[2]) not in keep]
+            txn.offsets = [o for o in txn.offsets if (o.group_id, o.topic, o.partition) not in keep]
             txn.offsets.extend(
-                (o.group_id, o.topic, o.partition, o.offset, o.leader_epoch, o.metadata)
+                PendingTxnOffset(
+                    o.group_id, o.topic, o.partition, o.offset, o.leader_epoch, o.metadata
+                )
                 for o in offsets
             )
             await self._save(txn)
@@ -345,12 +354,12 @@ class TransactionCoordinator:
                 if stream is None or not stream.has_partition(index):
                     continue  # the topic was deleted meanwhile: nothing to mark
                 waits.append((topic, index, stream.start_marker(index, marker)))
-            failed = []
+            failed: list[TxnPartition] = []
             aborted: dict[str, list[AbortedTxn]] = {}
             for topic, index, started in waits:
                 result = started if isinstance(started, AppendResult) else await started.wait()
                 if result.error:
-                    failed.append((topic, index))
+                    failed.append(TxnPartition(topic, index))
                     continue
                 if not commit:
                     entry = self._aborted_at(topic, index, result.base_offset)
