@@ -26,6 +26,7 @@ from core.metadata import SQLiteCredentialStore
 from core.store import StoreSettings, StreamStore
 from core.tiering import TierSettings
 from core.txn import TransactionCoordinator
+from core.wal.writer import WalSettings
 from gateway.handlers.context import GatewayContext
 from gateway.security.listeners import Listener, ListenerSetup
 from gateway.security.sasl import ALL_MECHANISMS
@@ -70,6 +71,8 @@ class Settings:
     node_id: int = 1
     node_lease_s: float = 3.0
     multi_node: bool = False  # several active nodes (experimental; docs/several-nodes.md)
+    wal: str = "local"  # or "object": the write-ahead log in object storage (core/wal)
+    wal_settings: WalSettings = field(default_factory=WalSettings)
 
 
 async def serve(settings: Settings) -> None:
@@ -86,6 +89,8 @@ async def serve(settings: Settings) -> None:
             compaction=settings.compaction,
             metadata_url=settings.metadata_url,
             node_id=settings.node_id if settings.metadata_url else None,
+            wal=settings.wal,
+            wal_settings=settings.wal_settings,
         )
     )
     async with trio.open_nursery() as root:
@@ -157,6 +162,7 @@ async def _start_node(settings: Settings, store: StreamStore, root: trio.Nursery
         ),
     )
     await membership.register()
+    store.settings.wal_incarnation = membership.incarnation
     lease_scope, sync_scope = trio.CancelScope(), trio.CancelScope()
 
     async def renew() -> None:

@@ -3,6 +3,7 @@ and transaction coordinators and the ACL/quota/config layers need of it."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from ..acl.model import AclBinding
@@ -13,10 +14,12 @@ from .records import (
     CommittedOffset,
     OpenTxn,
     OpenTxnSnapshot,
+    OwnedSegment,
     ProducerSnapshot,
     SegmentRecord,
     TopicRecord,
     TxnRecord,
+    WalRange,
 )
 
 
@@ -30,6 +33,14 @@ class MetadataStore(Protocol):
         self, name: str, seal: list[int], successors: list[SegmentRecord]
     ) -> None: ...
     def next_counter(self, name: str) -> int: ...
+    def load_segments(self, name: str) -> list[OwnedSegment]: ...
+    # write-ahead objects (core/wal)
+    def commit_wal_object(
+        self, key: str, node_id: int, size: int, ranges: Sequence[WalRange], incarnation: int
+    ) -> None: ...
+    def wal_ranges(self, name: str, segment_id: int, from_position: int) -> list[WalRange]: ...
+    def folded_wal_objects(self, limit: int = 1000) -> list[str]: ...
+    def forget_wal_objects(self, keys: Sequence[str]) -> None: ...
     # tier 2
     def load_chunks(self, name: str) -> list[ChunkRecord]: ...
     def commit_chunk(

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import psycopg
@@ -29,6 +29,7 @@ from .records import (
     SegmentOwner,
     SegmentRecord,
     TopicRecord,
+    WalRange,
 )
 from .shared import SqlMetadataStore, insert_segments
 
@@ -221,6 +222,28 @@ class PostgresMetadataStore(SqlMetadataStore):
                 "WHERE n.lease_expires > now() GROUP BY n.node_id"
             )
         return {int(node): int(count) for node, count in rows}
+
+    def _wal_fenced(
+        self, db: Handle, node_id: int, incarnation: int, ranges: Sequence[WalRange]
+    ) -> bool:
+        """A write-ahead object commits only while its node holds its lease in this
+        incarnation and owns every segment written (rows locked: a takeover in flight waits
+        for this commit or makes it fail)."""
+        row = db.one(
+            "SELECT 1 FROM nodes WHERE node_id = ? AND incarnation = ? "
+            "AND lease_expires > now() FOR UPDATE",
+            (node_id, incarnation),
+        )
+        if row is None:
+            return True
+        for topic, segment_id in sorted({(r.topic, r.segment_id) for r in ranges}):
+            owner = db.one(
+                "SELECT owner_node FROM segments WHERE topic = ? AND segment_id = ? FOR UPDATE",
+                (topic, segment_id),
+            )
+            if owner is not None and owner[0] is not None and owner[0] != node_id:
+                return True
+        return False
 
     def open_segments(self) -> list[OpenSegment]:
         """Every open segment that has an owner."""

@@ -33,6 +33,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import crc32c
 import trio
@@ -40,6 +41,9 @@ import trio
 from core.gathered_io import IOV_MAX, advance, views_of, write_all
 from core.segments.commit_times import COMMIT_TIMES
 from core.segments.flush_threads import FLUSH_THREADS
+
+if TYPE_CHECKING:
+    from core.wal.writer import WalSink
 
 log = logging.getLogger(__name__)
 
@@ -238,9 +242,13 @@ class SegmentLog:
         usage: Tier1Usage | None = None,
         on_rolled: Callable[[SegmentLog], None] | None = None,
         existing_bases: Sequence[int] = (),
+        wal: WalSink | None = None,
     ) -> None:
         """`existing_bases`: base positions of this segment's files already on disk (the
-        caller lists the stream's folder once for all its segments)."""
+        caller lists the stream's folder once for all its segments). `wal`: with the
+        write-ahead log in object storage (core/wal), synced groups go there and count as
+        durable only once it reports them (`wal_committed`)."""
+        self._wal = wal
         self.directory = directory
         self.segment_id = segment_id
         self.roll_bytes = roll_bytes
@@ -542,10 +550,17 @@ class SegmentLog:
         for i, pending in enumerate(batch):  # buffers are (header, batch) pairs
             _recent.add(self, pending.position, buffers[2 * i + 1])
         try:
-            self._on_durable(batch)
+            if self._wal is not None:
+                self._wal.submit(self, buffers, batch)
+            else:
+                self._on_durable(batch)
         finally:
             flushed, self._flushed = self._flushed, trio.Event()
             flushed.set()
+
+    def wal_committed(self, batch: list[PendingAppend]) -> None:
+        """The write-ahead log holds `batch` (submitted in order): it is durable."""
+        self._on_durable(batch)
 
     def _fail_from(self, start: int, batch: list[PendingAppend], exc: OSError) -> None:
         """Undo a failed write: cut the file back and fail this batch and everything queued."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import uuid
 from collections.abc import Callable, Collection, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ..api import AppendResult, PendingAppend, ReadResult, ScaleResult
 from ..metadata import ChunkRecord, ChunkSlice, MetadataStore, ProducerSnapshot, TopicRecord
@@ -20,6 +20,9 @@ from ..partition import Partition
 from ..segments.log import SegmentLog, Tier1Usage
 from . import append, ownership, reads, recovery, tier_index, timestamps
 from .stats import SegmentStats
+
+if TYPE_CHECKING:
+    from ..wal.writer import WalWriter
 
 
 class TierLink(Protocol):
@@ -48,6 +51,7 @@ class Stream:
         metadata: MetadataStore | None = None,
         spawn_flusher: Callable[[SegmentLog], None] | None = None,
         tier: TierLink | None = None,
+        wal: WalWriter | None = None,
     ) -> None:
         """`metadata` and `spawn_flusher` (starts a log's flusher task) are needed by
         `scale`; `tier` (rolling, uploads, tier-2 reads) by everything beyond tier 1."""
@@ -56,6 +60,7 @@ class Stream:
         self.metadata = metadata
         self.spawn_flusher = spawn_flusher
         self.tier = tier
+        self.wal = wal  # with `--wal object`: where synced appends go to become durable
         self.usage = tier.usage if tier is not None else Tier1Usage()
         # Confirmed tier-2 chunks by id.
         self.chunks: dict[int, ChunkRecord] = {}
@@ -106,6 +111,7 @@ class Stream:
             usage=self.usage,
             on_rolled=tier.on_rolled if tier else None,
             existing_bases=existing_bases,
+            wal=self.wal.bind(self.name, self.topic_id) if self.wal is not None else None,
         )
 
     # --- partitions --------------------------------------------------------------------
