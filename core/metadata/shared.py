@@ -340,6 +340,12 @@ class SqlMetadataStore:
             )
         return [row[0] for row in rows]
 
+    def wal_object_keys(self, node_id: int) -> list[str]:
+        """The recorded write-ahead objects written by node `node_id`."""
+        with self.engine.read() as db:
+            rows = db.all("SELECT object_key FROM wal_objects WHERE node_id = ?", (node_id,))
+        return [row[0] for row in rows]
+
     def forget_wal_objects(self, keys: Sequence[str]) -> None:
         """Drop the rows of deleted (or about to be deleted) write-ahead objects."""
         with self.engine.transaction() as db:

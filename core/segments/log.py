@@ -271,6 +271,9 @@ class SegmentLog:
         # named by position and must never be reused.
         self.durable_size = max(end, uploaded_end)
         self.logical_size = self.durable_size  # includes queued, not yet written entries
+        # entries below are acknowledgeable: synced, and with the object WAL recorded there.
+        # Only files below it become chunks, so a chunk's producer states cover all of it.
+        self.committed_end = self.durable_size
         self._queued_buffers: list[bytes | bytearray | memoryview] = []
         self._queued: list[PendingAppend] = []
         # The flusher's worker thread takes what was queued meanwhile right after an fsync
@@ -319,6 +322,7 @@ class SegmentLog:
                 self.usage.pending += f.size
         end = self.files[-1].end if self.files else 0
         self.durable_size = self.logical_size = max(end, self.uploaded_end)
+        self.committed_end = self.durable_size
 
     def _remove_file(self, f: LogFile, unlink: bool = True) -> None:
         os.close(f.fd)
@@ -553,6 +557,7 @@ class SegmentLog:
             if self._wal is not None:
                 self._wal.submit(self, buffers, batch)
             else:
+                self.committed_end = self.durable_size
                 self._on_durable(batch)
         finally:
             flushed, self._flushed = self._flushed, trio.Event()
@@ -560,7 +565,14 @@ class SegmentLog:
 
     def wal_committed(self, batch: list[PendingAppend]) -> None:
         """The write-ahead log holds `batch` (submitted in order): it is durable."""
-        self._on_durable(batch)
+        end = self.committed_end = batch[-1].end
+        try:
+            self._on_durable(batch)
+        finally:
+            if self._on_rolled is not None and any(
+                f.closed and not f.uploaded and f.end <= end for f in self.files
+            ):
+                self._on_rolled(self)  # a rolled file waited for this to become a chunk
 
     def _fail_from(self, start: int, batch: list[PendingAppend], exc: OSError) -> None:
         """Undo a failed write: cut the file back and fail this batch and everything queued."""
@@ -585,8 +597,11 @@ class SegmentLog:
     # --- tier 2 ------------------------------------------------------------------------
 
     def files_to_upload(self) -> list[LogFile]:
-        """Rolled files whose chunk is not confirmed yet, oldest first."""
-        return [f for f in self.files if f.closed and not f.uploaded]
+        """Rolled files whose chunk is not confirmed yet and whose entries are all
+        committed, oldest first."""
+        return [
+            f for f in self.files if f.closed and not f.uploaded and f.end <= self.committed_end
+        ]
 
     def mark_uploaded(self, f: LogFile) -> None:
         f.uploaded = True
@@ -604,7 +619,10 @@ class SegmentLog:
     def complete(self) -> bool:
         """Sealed, drained, and every file confirmed in tier 2."""
         return (
-            self.sealed and not self._queued and self._active is None and not self.files_to_upload()
+            self.sealed
+            and not self._queued
+            and self._active is None
+            and all(f.uploaded for f in self.files if f.closed)
         )
 
     @property

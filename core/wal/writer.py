@@ -148,6 +148,7 @@ class WalWriter:
     async def run(self) -> None:
         """Write objects as groups arrive, and fold away the ones tier 2 caught up with."""
         async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._sweep_orphans)
             nursery.start_soon(self._fold_loop)
             while True:
                 await self._work.wait()
@@ -165,10 +166,7 @@ class WalWriter:
 
     def _key(self) -> str:
         self._sequence += 1
-        return (
-            f"{KEY_PREFIX}/node-{self.node_id}/{time.time_ns():020d}-"
-            f"{os.getpid()}-{self._sequence:09d}"
-        )
+        return f"{self._prefix}{time.time_ns():020d}-{os.getpid()}-{self._sequence:09d}"
 
     async def _write(self, groups: list[_Group]) -> None:
         ranges: list[WalRange] = []
@@ -255,6 +253,26 @@ class WalWriter:
                 count,
                 exc,
             )
+
+    @property
+    def _prefix(self) -> str:
+        return f"{KEY_PREFIX}/node-{self.node_id}/"
+
+    async def _sweep_orphans(self) -> None:
+        """Objects an earlier process of this node wrote but never recorded (killed between
+        the write and the commit, or fenced) were never acknowledged: delete them. Runs
+        once at start, before this process has written an object of its own."""
+        try:
+            keys = await self.object_store.list_keys(self._prefix)
+            recorded = await self._call(self.metadata.wal_object_keys, self.node_id)
+            assert isinstance(recorded, list)
+            mine = f"-{os.getpid()}-"
+            orphans = [k for k in keys if k not in set(recorded) and mine not in k]
+            if orphans:
+                await self.object_store.delete_many(orphans)
+                log.info("write-ahead objects: deleted %d never recorded", len(orphans))
+        except Exception as exc:  # garbage only: the next start tries again
+            self._report("sweep", exc)
 
     async def _fold_loop(self) -> None:
         """Delete the objects whose every range is in tier-2 chunks: metadata rows first
