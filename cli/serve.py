@@ -14,7 +14,12 @@ from cli.app import Settings, serve
 from core import interpreter_tuning
 from core.compaction import CompactionSettings
 from core.tiering import TierSettings
-from core.wal.writer import DEFAULT_FLUSH_BYTES, DEFAULT_FLUSH_MS, WalSettings
+from core.wal.writer import (
+    DEFAULT_FLUSH_BYTES,
+    DEFAULT_FLUSH_MS_FOLDER,
+    DEFAULT_FLUSH_MS_S3,
+    WalSettings,
+)
 from gateway.security.listeners import (
     Listener,
     ListenerError,
@@ -148,9 +153,10 @@ def register(commands: argparse._SubParsersAction) -> None:
     serve_cmd.add_argument(
         "--wal-flush-ms",
         type=float,
-        default=float(_env("WAL_FLUSH_MS", str(DEFAULT_FLUSH_MS)) or DEFAULT_FLUSH_MS),
-        help="--wal object: start the next write-ahead object at most this long after the "
-        f"previous one (STREAMGATE_WAL_FLUSH_MS, default {DEFAULT_FLUSH_MS:g})",
+        default=float(_env("WAL_FLUSH_MS") or 0) or None,
+        help="--wal object: under load, start a write-ahead object at most every this many ms "
+        f"(STREAMGATE_WAL_FLUSH_MS; default {DEFAULT_FLUSH_MS_S3:g} on S3, where each PUT "
+        f"is billed, {DEFAULT_FLUSH_MS_FOLDER:g} on a folder)",
     )
     serve_cmd.add_argument(
         "--wal-flush-bytes",

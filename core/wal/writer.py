@@ -12,6 +12,7 @@ Pacing: one object at a time; the next one starts when the previous is recorded 
 either `flush_ms` has passed since the previous one started or `flush_bytes` are waiting.
 An idle node therefore writes at once (latency: one PUT and one commit), a busy one at
 most 1000/flush_ms objects a second whatever its partition count (cost: docs/tiers.md).
+The default pace depends on the store: S3 bills each PUT, a folder does not.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import trio
 
 from ..cluster.fencing import FENCE
 from ..metadata import MetadataStore, WalFenced, WalRange
-from ..segments.objectstore import ObjectStore
+from ..segments.objectstore import LocalFolderStore, ObjectStore
 from .layout import encode_header
 
 if TYPE_CHECKING:
@@ -37,7 +38,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DEFAULT_FLUSH_MS = 50.0
+# Pacing under load (docs/tiers.md has the arithmetic): S3 bills every PUT, so at most 10
+# objects a second per node; a folder bills nothing, so only latency counts there.
+DEFAULT_FLUSH_MS_S3 = 100.0
+DEFAULT_FLUSH_MS_FOLDER = 5.0
 DEFAULT_FLUSH_BYTES = 4 << 20
 _BACKOFF_FIRST_S = 0.05
 _BACKOFF_MAX_S = 2.0
@@ -48,7 +52,7 @@ KEY_PREFIX = "wal"
 
 @dataclass(frozen=True, slots=True)
 class WalSettings:
-    flush_ms: float = DEFAULT_FLUSH_MS
+    flush_ms: float | None = None  # None: by the store (DEFAULT_FLUSH_MS_*)
     flush_bytes: int = DEFAULT_FLUSH_BYTES
 
 
@@ -115,6 +119,13 @@ class WalWriter:
         self.node_id = node_id
         self.incarnation = 0  # several nodes: set once the node holds its lease
         self.settings = settings
+        self.flush_s = (
+            settings.flush_ms
+            if settings.flush_ms is not None
+            else DEFAULT_FLUSH_MS_FOLDER
+            if isinstance(object_store, LocalFolderStore)
+            else DEFAULT_FLUSH_MS_S3
+        ) / 1000
         self.stats = WalStats()
         self._pending: list[_Group] = []
         self._pending_bytes = 0
@@ -155,7 +166,7 @@ class WalWriter:
                 self._work = trio.Event()
                 if not self._pending:
                     continue
-                due = self._last_start + self.settings.flush_ms / 1000
+                due = self._last_start + self.flush_s
                 if trio.current_time() < due and self._pending_bytes < self.settings.flush_bytes:
                     with trio.move_on_at(due):
                         await self._full.wait()
