@@ -30,6 +30,7 @@ from support.crash import check_exactly_once, read_from_start
 from support.nodes import gateway_args, pg_url, postgres, requires_postgres  # noqa: F401
 
 from harness.moto import MotoServer
+from harness.proxy import OutageProxy
 
 PARTITIONS = 4
 WAL_ARGS = ("--wal", "object", "--wal-flush-ms", "20", "--chunk-age-ms", "500")
@@ -186,3 +187,33 @@ def test_a_fenced_node_cannot_record_a_write_ahead_object(pg_url: str) -> None: 
     finally:
         one.close()
         two.close()
+
+
+def test_an_s3_outage_holds_acknowledgements_back_until_it_ends(
+    tmp_path: Path, outage_proxy: OutageProxy
+) -> None:
+    bucket = f"wal-{uuid.uuid4().hex[:12]}"
+    args = (*WAL_ARGS, "--tier2", f"s3://{bucket}/p", "--s3-endpoint", outage_proxy.endpoint)
+    gw = Gateway(tmp_path / "data", tmp_path / "server.log", args)
+    gw.start_fresh()
+    try:
+        topic = f"wal-{uuid.uuid4().hex[:8]}"
+        _create(gw.bootstrap, topic)
+        producer = Producer({"bootstrap.servers": gw.bootstrap, "acks": "all", "linger.ms": 2})
+        acked: list[int] = []
+        producer.produce(topic, value=b"before", on_delivery=lambda e, m: acked.append(0))
+        assert producer.flush(30) == 0 and acked == [0]
+        outage_proxy.down()
+        for _ in range(50):
+            producer.produce(topic, value=b"during", on_delivery=lambda e, m: acked.append(1))
+        producer.poll(3.0)
+        assert acked == [0], "acknowledged while the object store was down"
+        outage_proxy.up()
+        assert producer.flush(60) == 0
+        assert acked.count(1) == 50
+        assert "write-ahead objects: write failed" in gw.log_text()
+        assert gw.log_text().count("Traceback") == 0
+        stored = read_from_start(gw.bootstrap, topic, PARTITIONS)
+        assert sum(len(v) for v in stored.values()) == 51
+    finally:
+        gw.close()
