@@ -5,25 +5,20 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import platform
-import re
 from pathlib import Path
 from typing import Any
 
 import confluent_kafka
 
+from compat.bench.output import dump_json
 from harness.provenance import REPO_ROOT, provenance
 
 MAX_SAMPLES = 10
 LOG_LEVELS = ("WARNING", "ERROR", "CRITICAL", "Traceback")
 
 Report = dict[str, Any]
-
-_NUMBER_LIST = re.compile(
-    r"\[\s*((?:-?[0-9][0-9.eE+-]*|null)(?:,\s*(?:-?[0-9][0-9.eE+-]*|null))*)\s*\]"
-)
 
 
 def _version_string(version: str | tuple[str, int]) -> str:
@@ -70,16 +65,6 @@ def log_problems(text: str) -> Report:
 
 
 def write_report(path: Path, report: Report) -> Path:
-    """Writes `report` with its provenance first; a list of plain numbers (a sample row)
-    stays on one line. Returns the absolute path."""
-    body = {"provenance": provenance(), **report}
-    text = json.dumps(body, indent=2)
-    text = _NUMBER_LIST.sub(
-        lambda m: "[" + ", ".join(x.strip() for x in m.group(1).split(",")) + "]", text
-    )
-    path = path if path.is_absolute() else Path.cwd() / path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text + "\n")
-    tmp.replace(path)
-    return path
+    """Writes `report` with its provenance first (compat.bench.output.dump_json). Returns
+    the absolute path."""
+    return dump_json(path, {"provenance": provenance(), **report})
