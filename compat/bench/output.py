@@ -168,6 +168,16 @@ def _legacy_provenance(doc: Report) -> Report:
     return prov
 
 
+def _legacy_figures(kind: str, doc: Report) -> Report:
+    figures = {k: v for k, v in doc.items() if k != "provenance"}
+    if kind == "workload":  # the partitions runs named their 10-partition phase "p10" then
+        for runs in (figures.get("results") or {}).get("partitions", {}).values():
+            for run in runs:
+                if "narrow" not in run and "p10" in run:
+                    run["narrow"] = run["p10"]
+    return figures
+
+
 def normalize(doc: Report, stem: str) -> Report:
     """`doc` in the schema: as it is when it already is, else an old file's body as the
     figures, under the provenance it recorded (`converted` says it was converted)."""
@@ -175,7 +185,7 @@ def normalize(doc: Report, stem: str) -> Report:
         return doc
     kind, name = _legacy_name(stem)
     prov = _legacy_provenance(doc)
-    figures = {k: v for k, v in doc.items() if k != "provenance"}
+    figures = _legacy_figures(kind, doc)
     quick = bool(doc.get("quick", False))
     converted = result_document(
         name=name,

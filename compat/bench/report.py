@@ -16,6 +16,7 @@ compat.bench.output.normalize; `--convert` rewrites them in the schema once.
 from __future__ import annotations
 
 import json
+import os
 import re
 import statistics
 import sys
@@ -57,6 +58,8 @@ def figure(figures: Any, path: str) -> Any:
 def format_figure(value: Any, fmt: str) -> str:
     if value is None:
         return "-"
+    if fmt == "row" and isinstance(value, list) and len(value) > 1:  # a table's row: its
+        return f"{value[0]}: {value[1]}"  # label and first cell
     if isinstance(value, bool) or not isinstance(value, int | float):
         return str(value)
     try:
@@ -76,7 +79,7 @@ def headline_text(doc: Report) -> str:
     if scenario is None:
         return "-"
     parts = [
-        f"{label} {format_figure(figure(doc['figures'], path), fmt)}"
+        f"{label} {format_figure(figure(doc['figures'], path), fmt)}".strip()
         for label, path, fmt in scenario.headlines
     ]
     return "; ".join(parts) or "-"
@@ -180,15 +183,13 @@ def replace_block(text: str, block: str, lines: list[str]) -> str:
 
 
 def render(text: str, results_dir: Path, doc_path: Path) -> str:
-    rel = Path(*[".."] * (len(doc_path.resolve().relative_to(REPO_ROOT).parts) - 1))
-    try:
-        link_base = (rel / results_dir.resolve().relative_to(REPO_ROOT)).as_posix() + "/"
-    except ValueError:  # results outside the repository: absolute links
-        link_base = results_dir.resolve().as_posix() + "/"
-    text = replace_block(text, "results", results_table(bench_results(results_dir), link_base))
+    link_base = Path(os.path.relpath(results_dir.resolve(), doc_path.resolve().parent))
+    link_base_text = link_base.as_posix() + "/"
+    results = bench_results(results_dir)
+    text = replace_block(text, "results", results_table(results, link_base_text))
     if f"<!-- bench-report:{BLOCKS[1]} -->" in text:
         text = replace_block(
-            text, BLOCKS[1], side_by_side_table(results_dir / SIDE_BY_SIDE, link_base)
+            text, BLOCKS[1], side_by_side_table(results_dir / SIDE_BY_SIDE, link_base_text)
         )
     return text
 

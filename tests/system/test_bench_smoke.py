@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from compat.bench.output import SCHEMA
 from harness.kafka import unavailable_reason
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -39,11 +40,13 @@ def test_kafka_vs_streamgate_quick(tmp_path: Path) -> None:
     assert out.with_suffix(".md").read_text().startswith("# Apache Kafka 3.5.1 beside streamgate")
     assert out.with_suffix(".png").stat().st_size > 1000
     report = json.loads(out.with_suffix(".json").read_text())
-    assert report["provenance"]["commit"]
-    assert set(report["results"]) >= {"perf-producer", "rate-2k", "many-raw"}
-    (raw,) = report["results"]["many-raw"]["streamgate"]
+    assert report["schema"] == SCHEMA and report["provenance"]["commit"]
+    assert report["quick"] and report["provenance"]["quick"]
+    results = report["figures"]["results"]
+    assert set(results) >= {"perf-producer", "rate-2k", "many-raw"}
+    (raw,) = results["many-raw"]["streamgate"]
     assert raw["ok"] and raw["delivered"] == raw["records"], raw  # pipelined, all answered
     # which side was the limit: CPU of server and client, per run and per partitions phase
-    (wide,) = report["results"]["partitions"]["streamgate"]
+    (wide,) = results["partitions"]["streamgate"]
     assert wide["cpu"]["server_cores"] > 0 and wide["cpu"]["client_cores"] > 0, wide
     assert wide["wide"]["cpu"]["server_cores"] is not None, wide
