@@ -8,7 +8,7 @@ Throughput uses confluent-kafka (acks=all); connection rates use one sequential 
 client (connect, TLS, SASL, ApiVersions, close). Run it with `streamgate bench run
 scenario:security` (`--targets streamgate,kafka`: Kafka too; `--runs N`; `--quick`: 4 MB).
 
-    .venv/bin/python compat/bench_security.py [--mb 64] [--kafka] [--output FILE]
+    .venv/bin/python compat/bench_security.py [--mb 64] [--kafka] [--out DIR] [--quick]
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ side where `../shared/kafka` (or KAFKA_HOME) is there.
 Kafka with one replica answers acks=all before any fsync; streamgate fsyncs first. Only the
 produce side differs in durability; the figures here are read / processing figures.
 
-    .venv/bin/python compat/bench_spark.py [--mib 1024] [--readings 200000] [--output PATH]
+    .venv/bin/python compat/bench_spark.py [--mib 1024] [--readings 200000] [--out DIR] [--quick]
 
 Run it with `streamgate bench run scenario:spark` (`--quick`: 2,000 readings, 16 MiB, no
 warm-up, no Kafka: a smoke test of about a minute, most of it the JVM's start).

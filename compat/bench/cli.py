@@ -95,8 +95,11 @@ def register(subparsers: Any) -> None:
     listing.set_defaults(run=list_command)
 
 
-def _add_run_options(run: argparse.ArgumentParser, suppress: bool = False) -> None:
-    """The options of `bench run`; `suppress`: no defaults (only those given are set)."""
+def _add_run_options(
+    run: argparse.ArgumentParser, suppress: bool = False, common_only: bool = False
+) -> None:
+    """The options of `bench run`; `suppress`: no defaults (only those given are set);
+    `common_only`: only those every scenario takes (the others go to the scenario)."""
 
     def default(value: Any) -> Any:
         return argparse.SUPPRESS if suppress else value
@@ -109,12 +112,13 @@ def _add_run_options(run: argparse.ArgumentParser, suppress: bool = False) -> No
         "workload's own); a workload runs on those it names (streamgate-2n where it names "
         "streamgate)",
     )
-    run.add_argument(
-        "--any-target",
-        action="store_true",
-        default=default(False),
-        help="run every workload on every target of --targets, even one it leaves out",
-    )
+    if not common_only:
+        run.add_argument(
+            "--any-target",
+            action="store_true",
+            default=default(False),
+            help="run every workload on every target of --targets, even one it leaves out",
+        )
     run.add_argument(
         "--runs",
         type=_positive,
@@ -130,6 +134,8 @@ def _add_run_options(run: argparse.ArgumentParser, suppress: bool = False) -> No
     run.add_argument(
         "--out", type=Path, default=default(None), help="results folder (default: outside the tree)"
     )
+    if common_only:
+        return
     run.add_argument(
         "--gateway-arg",
         action="append",
@@ -149,8 +155,9 @@ def _reparse(args: argparse.Namespace) -> list[str]:
     parser = argparse.ArgumentParser(
         prog="streamgate bench run", add_help=False, allow_abbrev=False
     )
-    _add_run_options(parser, suppress=True)
-    if args.workload.startswith(SCENARIO_PREFIX):
+    scenario = args.workload.startswith(SCENARIO_PREFIX)
+    _add_run_options(parser, suppress=True, common_only=scenario)
+    if scenario:
         known, unknown = parser.parse_known_args(mine)
         theirs = unknown + theirs
     else:
@@ -159,6 +166,12 @@ def _reparse(args: argparse.Namespace) -> list[str]:
             parser.error(f"unexpected arguments for a workload: {theirs}")
     vars(args).update(vars(known))
     return theirs
+
+
+def command_line() -> list[str]:
+    """The command as typed: `streamgate ...` also when run as `python -m gateway ...`."""
+    name = Path(sys.argv[0]).name
+    return ["streamgate" if name in ("__main__.py", "streamgate") else name, *sys.argv[1:]]
 
 
 def list_command(args: argparse.Namespace) -> int:
@@ -185,6 +198,7 @@ def run_command(args: argparse.Namespace) -> int:
         print(exc, file=sys.stderr)
         return 2
     from compat.bench import kvs
+    from harness.provenance import provenance
 
     out_dir = args.out or results_dir(args.workload)
     options = kvs.Options(
@@ -196,6 +210,7 @@ def run_command(args: argparse.Namespace) -> int:
         gateway_args=args.gateway_arg,
         progress=args.progress,
         keep_data=args.keep_data,
+        provenance=provenance(command_line()),
     )
     return kvs.run_workloads(found, options)
 
@@ -225,7 +240,7 @@ def run_scenario(name: str, args: argparse.Namespace, extra: list[str]) -> int:
     scenario = SCENARIOS[name]
     out_dir = args.out or results_dir(name)
     out_dir.mkdir(parents=True, exist_ok=True)
-    prov = provenance()  # before the run's own files
+    prov = provenance(command_line())  # before the run's own files
     options = RunOptions(
         out=out_dir,
         quick=args.quick,

@@ -1,5 +1,5 @@
-"""Result files: every one records where it came from (harness.provenance: commit, dirty
-tree, command, machine), the client versions, and what the gateway's log said."""
+"""What a result records besides its figures: the client versions, the code the gateway ran
+and what its log said (the runner adds the provenance: compat.bench.output)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,10 @@ import contextlib
 import hashlib
 import os
 import platform
-from pathlib import Path
 from typing import Any
 
 import confluent_kafka
 
-from compat.bench.output import dump_json
 from harness.provenance import REPO_ROOT, provenance
 
 MAX_SAMPLES = 10
@@ -62,9 +60,3 @@ def log_problems(text: str) -> Report:
                     samples.append(line[:300])
                 break
     return {"counts": counts, "samples": samples}
-
-
-def write_report(path: Path, report: Report) -> Path:
-    """Writes `report` with its provenance first (compat.bench.output.dump_json). Returns
-    the absolute path."""
-    return dump_json(path, {"provenance": provenance(), **report})
