@@ -325,12 +325,11 @@ def _new_database(pg: PostgresServer, name: str) -> str:
 
 
 def markdown(result: dict[str, Any]) -> str:
-    """The figures as Markdown tables (written beside the JSON)."""
-    prov = result["provenance"]
+    """The figures as Markdown tables (nodes-table.md, beside nodes.json and its provenance)."""
     lines = [
         "# Several nodes: `serve --nodes N` figures",
         "",
-        f"commit {prov.get('commit', '?')}{' (dirty)' if prov.get('dirty') else ''}, "
+        "Provenance in nodes.json beside this page; "
         f"{result['record_bytes']}-byte records, acks=all, idempotent confluent-kafka, "
         f"{result['partitions']} partitions per topic, one topic created on each node; "
         "medians of rounds.",

@@ -50,7 +50,7 @@ def _positive(value: str) -> int:
 
 
 def register(subparsers: Any) -> None:
-    """Add `bench` (run, scenario, list) to a parent parser's subparsers."""
+    """Add `bench` (run, scenario, report, list) to a parent parser's subparsers."""
     bench = subparsers.add_parser(
         "bench", help="benchmarks: workload files (workloads/) and named scenarios"
     )
@@ -59,8 +59,9 @@ def register(subparsers: Any) -> None:
         "run",
         help="run a workload file (or scenario:NAME)",
         description="Run workloads/WORKLOAD.toml on its targets, alternating them run by run; "
-        "write JSON (with provenance), Markdown and PNG of the medians. scenario:NAME runs a "
-        "named scenario instead (arguments for it after `--`).",
+        "write JSON (the one schema, with provenance), Markdown and PNG of the medians. "
+        "scenario:NAME runs a named scenario instead: --quick, --runs, --targets and --out "
+        "reach it, any other argument (and all after `--`) is its own.",
     )
     run.add_argument("workload", help="a workload file's name, or scenario:NAME")
     _add_run_options(run)
