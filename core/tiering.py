@@ -204,8 +204,9 @@ class TierManager:
                     await self._upload_file(stream, segment, pending[0])
                     delay = _BACKOFF_FIRST_S
                 except Exception as exc:  # a bug or a local read error: keep the store serving
-                    # an exception type it does not know is logged with a traceback, once
-                    self.reporter.failed("upload", exc)
+                    # (tier 2's own failures are retried in _put_with_backoff): said as
+                    # "upload failed", with a traceback once per exception type
+                    self.reporter.failed("upload", exc, unexpected=True)
                     self.stats.upload_errors += 1
                     await trio.sleep(delay)
                     delay = min(delay * 2, _BACKOFF_MAX_S)

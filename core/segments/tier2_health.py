@@ -89,7 +89,11 @@ def _client_error_reason(exc: Any, bucket: str | None) -> str:
     if template is None and (code in ("403", "Forbidden") or status == 403):
         template = "access denied to bucket {bucket} (a bad key or secret, or the policy)"
     if template is not None:
-        return template.format(bucket=_bucket_of(bucket))
+        reason = template.format(bucket=_bucket_of(bucket))
+        operation = getattr(exc, "operation_name", None)
+        if reason.startswith("access denied") and operation:
+            reason = reason.replace(" (", f" for {operation} (", 1)  # which step was refused
+        return reason
     if code in _BUSY_CODES or status == 429:
         return f"endpoint is throttling requests ({code or status})"
     if status >= 500:
@@ -382,12 +386,17 @@ class FailureReporter:
         state = self._ops.get(op)
         return state is not None and state.failing_since is not None
 
-    def failed(self, op: str, exc: BaseException, then: str = "retrying") -> str:
+    def failed(
+        self, op: str, exc: BaseException, then: str = "retrying", *, unexpected: bool = False
+    ) -> str:
         """Count a failure of ``op``; log if due. ``then`` says what happens next, in a
-        few words. Returns the reason."""
+        few words. ``unexpected``: not the object store's failure (a local error or a bug
+        around it): said as such, with its traceback once per type. Returns the reason."""
         now = self._clock()
         known = reason_for(exc, self.bucket)
         reason = known if known is not None else f"unexpected {type(exc).__name__}"
+        if unexpected and known is not None:
+            known = None
         state = self._ops.setdefault(op, _Operation())
         if state.failing_since is None:
             state.failing_since = now

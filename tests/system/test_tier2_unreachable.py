@@ -7,7 +7,8 @@ A real gateway process against a real S3 API (moto's server) or a folder:
   no traceback;
 - a missing bucket the key may not create (a moto server that checks IAM policies): one
   line naming the bucket;
-- an endpoint nobody listens on: one line;
+- an endpoint nobody listens on: one line; when it answers later, one line says uploads
+  work again;
 - a working S3 or folder tier 2: no warning, just an INFO line;
 - a tier-2 folder that cannot be created: the start stops with one line.
 """
@@ -213,6 +214,27 @@ def test_endpoint_not_answering_one_line(start, moto_server: MotoServer) -> None
     assert f"at {endpoint}: endpoint does not answer" in line, line
     assert "Traceback" not in gw.log_text()
     http(gw, "/tier")  # serving
+
+
+def test_endpoint_back_later_uploads_say_so_once(start, outage_proxy, moto_server) -> None:
+    outage_proxy.down()
+    gw = start((*_s3_args(outage_proxy.endpoint), *FAST_UPLOADS), env=moto_server.env())
+    line = _start_line(gw)
+    assert "endpoint does not answer" in line, line
+    _round_trip(gw.bootstrap)  # served from tier 1 while uploads fail
+    wait_until(lambda: http(gw, "/tier")[1]["upload_errors"] >= 2, timeout=20, interval=0.1)
+    outage_proxy.up()
+    back = wait_until(
+        lambda: [ln for ln in _tier2_lines(gw) if "uploads work again after" in ln] or None,
+        timeout=30,
+    )
+    assert len(back) == 1 and " INFO " in back[0], back
+    assert http(gw, "/tier")[1]["chunks_uploaded"] >= 1
+    text = gw.log_text()
+    assert "Traceback" not in text
+    # the start-up line said it: the failing uploads add no line of their own (a summary
+    # would come after a minute)
+    assert [ln for ln in _tier2_lines(gw) if "endpoint does not answer" in ln] == [line]
 
 
 def test_working_s3_says_no_warning(start, moto_server: MotoServer) -> None:

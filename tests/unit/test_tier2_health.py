@@ -44,10 +44,13 @@ def client_error(code: str, status: int = 400, message: str = "") -> bx.ClientEr
         ),
         (bx.ReadTimeoutError(endpoint_url="http://x"), "endpoint timed out (no reply in time)"),
         (client_error("NoSuchBucket", 404), "bucket 'b' does not exist"),
-        (client_error("AccessDenied", 403), "access denied to bucket 'b' (check the key's policy)"),
+        (
+            client_error("AccessDenied", 403),
+            "access denied to bucket 'b' for PutObject (check the key's policy)",
+        ),
         (
             client_error("403", 403),
-            "access denied to bucket 'b' (a bad key or secret, or the policy)",
+            "access denied to bucket 'b' for PutObject (a bad key or secret, or the policy)",
         ),
         (
             client_error("InvalidAccessKeyId", 403),
@@ -179,6 +182,20 @@ def test_unexpected_type_traceback_once(reporter, caplog) -> None:
     assert records[0].getMessage() == (
         "tier 2 s3://b at http://e: upload failed: unexpected KeyError (retrying; "
         "KeyError: 'missing')"
+    )
+
+
+def test_local_error_around_an_upload_is_unexpected(reporter, caplog) -> None:
+    rep, _clock = reporter
+    for _ in range(2):
+        try:
+            raise OSError(errno.EIO, "Input/output error", "/data/streams/x.log")
+        except OSError as exc:
+            rep.failed("upload", exc, unexpected=True)
+    (record,) = caplog.records
+    assert record.levelno == logging.ERROR and record.exc_info is not None
+    assert record.getMessage().startswith(
+        "tier 2 s3://b at http://e: upload failed: I/O error (/data/streams/x.log) (retrying;"
     )
 
 
