@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: run test lint bench compat clean kcat-installed postgresql-installed java-installed javac-installed mosquitto-installed
+.PHONY: run test lint bench bench-report compat clean kcat-installed postgresql-installed java-installed javac-installed mosquitto-installed
 
 $(RUN_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -59,10 +59,14 @@ test: $(TEST_STAMP) kcat-installed postgresql-installed java-installed javac-ins
 
 # The benchmarks through one runner (docs/performance.md); results go to ./bench-results/
 # (or $STREAMGATE_RESULTS), not into the source tree. `make bench BENCH_ARGS=--quick`.
+# `make bench-report` regenerates docs/performance.md's tables from compat/results/.
 BENCH_ARGS ?=
 bench: $(TEST_STAMP) java-installed
-	$(BIN)/streamgate bench run scenario:throughput
+	$(BIN)/streamgate bench run scenario:throughput $(BENCH_ARGS)
 	$(BIN)/streamgate bench run kafka-vs-streamgate-all $(BENCH_ARGS)
+
+bench-report: $(TEST_STAMP)
+	$(BIN)/streamgate bench report
 
 # Java 17 runs Spark (the Spark tests) and Kafka's broker and tools (side-by-side tests, the
 # compat matrix's Java column); without a Kafka distribution those tests skip saying so.

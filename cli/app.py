@@ -94,6 +94,8 @@ async def serve(settings: Settings) -> None:
         )
     )
     async with trio.open_nursery() as root:
+        if (settings.tier2_url or "").startswith("s3://"):  # a folder: checked before (cli.serve)
+            root.start_soon(_check_tier2, settings, store)
         membership = None
         if settings.metadata_url:
             membership = await _start_node(settings, store, root)
@@ -144,6 +146,28 @@ async def serve(settings: Settings) -> None:
             groups.stop()
             store.stop()  # flushers drain what is queued, then the store closes
             credentials.backend.close()
+
+
+async def _check_tier2(settings: Settings, store: StreamStore) -> None:
+    """Probe tier 2 once at start, beside the store opening: one line if it does not work.
+    Acknowledgements come from tier 1, so the server serves either way; uploads retry until
+    tier 2 answers (core/tiering.py says how that goes, in a few lines)."""
+    from core.segments.tier2_health import check_tier2
+
+    try:
+        check = await check_tier2(settings.tier2_url, settings.data_dir, settings.s3_endpoint)
+    except ValueError:
+        return  # a malformed URL: the store's start says so
+    if check.ok:
+        log.info("%s", check.line())
+    else:
+        tier = store._tier  # the uploads' reporter: it need not say the same thing again
+        if tier is not None and check.reason is not None:
+            tier.reporter.announced(check.reason)
+        log.error(
+            "%s; serving anyway: acks come from tier 1, uploads retry until tier 2 works",
+            check.line(),
+        )
 
 
 async def _start_node(settings: Settings, store: StreamStore, root: trio.Nursery) -> NodeMembership:

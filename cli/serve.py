@@ -423,6 +423,7 @@ def run(args: argparse.Namespace) -> int:
     settings.multi_node = bool(args.metadata) if args.multi_node is None else args.multi_node
     _check_placement()
     os.makedirs(settings.data_dir, exist_ok=True)
+    _check_tier2_folder(settings.tier2_url, settings.data_dir)
     interpreter_tuning.tune()  # GC thresholds, GIL switch interval: see the module
     try:
         trio.run(serve, settings)
@@ -432,6 +433,28 @@ def run(args: argparse.Namespace) -> int:
             raise
         raise SystemExit(f"streamgate: {lease[0]}") from None
     return 0
+
+
+def _check_tier2_folder(url: str | None, data_dir: str) -> None:
+    """A tier-2 folder is probed before anything starts (milliseconds): one that cannot be
+    created or written stops the start with one line (the store could not open it); other
+    trouble (a full disk) is said once and the server goes on. S3 is checked once the
+    server runs (cli/app.py), without holding up the start."""
+    import errno
+    import logging
+
+    from core.segments.tier2_health import check_folder
+
+    try:
+        check = check_folder(url, data_dir)
+    except ValueError as exc:
+        raise SystemExit(f"streamgate serve: --tier2: {exc}") from None
+    if check is None or check.ok:
+        return
+    fatal = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT, errno.ENOTDIR, errno.EEXIST)
+    if isinstance(check.exception, OSError) and check.exception.errno in fatal:
+        raise SystemExit(f"streamgate serve: {check.line()}")
+    logging.getLogger("streamgate").error("%s (serving from tier 1 meanwhile)", check.line())
 
 
 def _check_placement() -> None:

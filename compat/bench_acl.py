@@ -9,13 +9,13 @@
   3 x 1 s, so the burst allowance is 2 x Q).
 
 Each managed gateway is a fresh `streamgate serve` (STREAMGATE_TEST_PRINCIPAL_FROM_CLIENT_ID=1
-maps client ids to principals, as in the tests). Results: bench-results/<run>/acl.json.
+maps client ids to principals, as in the tests). Run it with `streamgate bench run scenario:acl`
+(`--quick`: a few thousand records, one round, one quota).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -38,11 +38,11 @@ from confluent_kafka.admin import (
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
+from compat.benchlib.scenario import RunOptions, scenario_args, standalone  # noqa: E402
 from harness.gateway import Gateway  # noqa: E402
-from harness.provenance import provenance  # noqa: E402
-from harness.results import results_dir  # noqa: E402
 
-DEFAULT_OUTPUT = results_dir("acl") / "acl.json"
+QUICK = ("--records", "5000", "--topics", "20", "--acls", "50", "--metadata-calls", "10")
+QUICK += ("--rounds", "1", "--quotas", "400000")
 ENV = {"STREAMGATE_TEST_PRINCIPAL_FROM_CLIENT_ID": "1"}
 TIMEOUT = 60
 
@@ -198,7 +198,7 @@ def quota_run(gw: Gateway, quota: int) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=100_000)
     parser.add_argument("--topics", type=int, default=300)
@@ -206,12 +206,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--metadata-calls", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--quotas", default="100000,400000")
-    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
-    args = parser.parse_args(argv)
-    results: dict[str, Any] = {
-        "provenance": provenance(),
-        "settings": vars(args) | {"output": str(args.output)},
-    }
+    return parser
+
+
+def run(options: RunOptions) -> dict[str, Any]:
+    args = scenario_args(build_parser(), options, quick=QUICK, runs="--rounds")
+    results: dict[str, Any] = {"settings": vars(args)}
     for label, on in (("authorizer_off", False), ("authorizer_on", True)):
         with tempfile.TemporaryDirectory() as tmp:
             gw = gateway(Path(tmp), on)
@@ -240,9 +240,11 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             gw.close()
     print("quota", results["quota"])
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(results, indent=2) + "\n")
-    return 0
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    return standalone("acl", argv)
 
 
 if __name__ == "__main__":

@@ -7,8 +7,8 @@ time). Two phases:
   messages/s = messages / (first publish -> the consumer saw the last one);
 - paced: `--paced-rate` messages/s in total for `--paced-seconds`; latency from MQTT
   publish to the consumer seeing the record, p50/p99 (also reported for the burst).
-The consumer runs in its own process (no GIL shared with 1,000 device clients). The result
-JSON (with provenance) goes to bench-results/<run>/bridge.json.
+The consumer runs in its own process (no GIL shared with 1,000 device clients). Run it with
+`streamgate bench run scenario:bridge` (`--quick`: 100 devices, a 2-second paced phase).
 """
 
 from __future__ import annotations
@@ -30,13 +30,12 @@ sys.path.insert(0, str(REPO_ROOT))
 
 import paho.mqtt.client as mqtt  # noqa: E402
 
+from compat.benchlib.scenario import RunOptions, scenario_args, standalone  # noqa: E402
 from harness.bridge import MqttBridge  # noqa: E402
 from harness.gateway import Gateway  # noqa: E402
 from harness.mosquitto import Mosquitto  # noqa: E402
-from harness.provenance import provenance  # noqa: E402
-from harness.results import results_dir  # noqa: E402
 
-DEFAULT_OUTPUT = results_dir("bridge") / "bridge.json"
+QUICK = ("--devices", "100", "--per-device", "10", "--paced-rate", "500", "--paced-seconds", "2")
 
 
 def consume(bootstrap: str, topic: str, expect: int, out: Any, ready: Any) -> None:
@@ -224,7 +223,7 @@ def run_phase(
     return result
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--devices", type=int, default=1000)
     p.add_argument("--per-device", type=int, default=20)
@@ -232,8 +231,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--paced-rate", type=float, default=1000.0)
     p.add_argument("--paced-seconds", type=float, default=10.0)
     p.add_argument("--mqtt-version", default="5")
-    p.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
-    args = p.parse_args(argv)
+    return p
+
+
+def run(options: RunOptions) -> dict[str, Any]:
+    args = scenario_args(build_parser(), options, quick=QUICK)
     base = Path(tempfile.mkdtemp(prefix="bench-bridge-"))
     gw = Gateway(base / "data", base / "gw.log", default_partitions=8)
     broker = Mosquitto(base / "mq")
@@ -307,12 +309,12 @@ def main(argv: list[str] | None = None) -> int:
         "paced": paced,
         "control_producer_to_consumer": control,
         "bridge_metrics": metrics,
-        "provenance": provenance(),
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {args.output}")
-    return 0
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    return standalone("bridge", argv)
 
 
 if __name__ == "__main__":

@@ -15,8 +15,9 @@ min.cleanable.dirty.ratio=0.01 so one cleaning pass covers everything sealed). T
 2. **read**: a confluent-kafka consumer reads each topic from offset 0 to its end; records
    and MB per second.
 
-Writes bench-results/<run>/compaction.json with provenance. Kafka is skipped (and says why) when
-../shared/kafka or Java is missing.
+Run it with `streamgate bench run scenario:compaction`. Kafka is skipped (and says why) when
+../shared/kafka or Java is missing, or not among `--targets`; `--quick` (20,000 updates)
+leaves it out too, as Kafka deletes replaced segments only after a minute.
 """
 
 from __future__ import annotations
@@ -44,10 +45,11 @@ from confluent_kafka.admin import (
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
+from compat.benchlib.scenario import RunOptions, scenario_args, standalone  # noqa: E402
 from harness.gateway import Gateway  # noqa: E402
 from harness.kafka import KafkaBroker, unavailable_reason  # noqa: E402
-from harness.provenance import provenance  # noqa: E402
-from harness.results import results_dir  # noqa: E402
+
+QUICK = ("--updates", "20000", "--keys", "1000", "--skip-kafka")
 
 MB = 1_000_000
 
@@ -262,16 +264,18 @@ def bench_kafka(work: Path, args: argparse.Namespace) -> dict[str, Any]:
         broker.stop()
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--updates", type=int, default=1_000_000)
     parser.add_argument("--keys", type=int, default=10_000)
     parser.add_argument("--value-bytes", type=int, default=100)
     parser.add_argument("--skip-kafka", action="store_true")
-    parser.add_argument("--out", default=str(results_dir("compaction") / "compaction.json"))
-    args = parser.parse_args(argv)
+    return parser
+
+
+def run(options: RunOptions) -> dict[str, Any]:
+    args = scenario_args(build_parser(), options, quick=QUICK, skip_kafka="--skip-kafka")
     result: dict[str, Any] = {
-        "provenance": provenance(sys.argv),
         "workload": {"updates": args.updates, "keys": args.keys, "value_bytes": args.value_bytes},
     }
     with tempfile.TemporaryDirectory(prefix="bench-compaction-") as tmp:
@@ -283,9 +287,11 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(result["kafka"], indent=1), flush=True)
         else:
             result["kafka"] = {"skipped": why}
-    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {args.out}")
-    return 0
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    return standalone("compaction", argv)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,8 @@
 By default a fresh `streamgate serve` is started on a free loopback port with a temporary
 data dir; `--bootstrap HOST:PORT` measures a server that is already running instead (for a
 comparison with Apache Kafka, whose group.initial.rebalance.delay.ms is 3 s by default).
-Results are printed as a table and written as JSON (bench-results/<run>/groups.json).
+Results are printed as a table; run it with `streamgate bench run scenario:groups` (`--runs N`:
+N rebalances; `--quick`: 2 rebalances, 200 commits).
 """
 
 from __future__ import annotations
@@ -38,11 +39,11 @@ from confluent_kafka.admin import AdminClient, NewTopic
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from compat.benchlib.report import code_state, environment, log_problems, write_report  # noqa: E402
+from compat.benchlib.report import code_state, environment, log_problems  # noqa: E402
+from compat.benchlib.scenario import RunOptions, scenario_args, standalone  # noqa: E402
 from harness.gateway import Gateway  # noqa: E402
-from harness.results import results_dir  # noqa: E402
 
-DEFAULT_OUTPUT = results_dir("groups") / "groups.json"
+QUICK = ("--rounds", "2", "--commits", "200")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,7 +61,6 @@ def build_parser() -> argparse.ArgumentParser:
         default=300,
         help="the managed gateway's group initial rebalance delay",
     )
-    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     return parser
 
 
@@ -206,7 +206,7 @@ def summary_ms(values: list[float]) -> dict[str, float]:
     }
 
 
-def run(args: argparse.Namespace, bootstrap: str) -> dict[str, Any]:
+def measure(args: argparse.Namespace, bootstrap: str) -> dict[str, Any]:
     topic = f"bench-groups-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, args.partitions, 1)])[topic].result(30)
@@ -231,12 +231,12 @@ def print_table(results: dict[str, Any]) -> None:
         print(f"{name:<46} {cells}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def run(options: RunOptions) -> dict[str, Any]:
+    args = scenario_args(build_parser(), options, quick=QUICK, runs="--rounds")
     started = datetime.now(UTC)
     if args.bootstrap:
         target = {"kind": "external", "bootstrap": args.bootstrap}
-        results = run(args, args.bootstrap)
+        results = measure(args, args.bootstrap)
     else:
         with managed_gateway(args.initial_delay_ms) as gateway:
             target = {
@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
                 "group_initial_rebalance_delay_ms": args.initial_delay_ms,
                 "code": code_state(),
             }
-            results = run(args, gateway.bootstrap)
+            results = measure(args, gateway.bootstrap)
             target["gateway_exit_code"] = gateway.stop()
             target["gateway_log_problems"] = log_problems(gateway.log_text())
     report = {
@@ -264,8 +264,12 @@ def main(argv: list[str] | None = None) -> int:
         "results": results,
     }
     print_table(results)
-    print(f"\nwritten to {write_report(args.output, report)}")
-    return 0 if target.get("gateway_exit_code") in (None, 0) else 1
+    report["ok"] = target.get("gateway_exit_code") in (None, 0)
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    return standalone("groups", argv)
 
 
 if __name__ == "__main__":

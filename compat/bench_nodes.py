@@ -16,7 +16,8 @@
   its backoff and the killed incarnation's lease); we time kill -> first acknowledged record
   after the restart, per lease length.
 
-Results: a table and JSON with provenance (bench-results/<run>/nodes.json).
+Run it with `streamgate bench run scenario:nodes` (`--runs N`: scale-out rounds; `--quick`:
+small counts, 1 and 2 nodes, one failover with a 1 s lease); it also writes nodes-table.md.
 """
 
 from __future__ import annotations
@@ -41,13 +42,13 @@ from confluent_kafka.admin import AdminClient, NewTopic
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
+from compat.benchlib.scenario import RunOptions, scenario_args, standalone  # noqa: E402
 from harness.gateway import Gateway  # noqa: E402
 from harness.nodes_cluster import NodesCluster  # noqa: E402
 from harness.postgres import PostgresServer  # noqa: E402
-from harness.provenance import provenance  # noqa: E402
-from harness.results import results_dir  # noqa: E402
 
-DEFAULT_OUTPUT = results_dir("nodes") / "nodes.json"
+QUICK = ("--records", "5000", "--scale-records", "5000", "--nodes", "1,2", "--rounds", "1")
+QUICK += ("--leases", "1", "--failover-rounds", "1")
 PARTITIONS = 3
 
 
@@ -324,12 +325,11 @@ def _new_database(pg: PostgresServer, name: str) -> str:
 
 
 def markdown(result: dict[str, Any]) -> str:
-    """The figures as Markdown tables (written beside the JSON)."""
-    prov = result["provenance"]
+    """The figures as Markdown tables (nodes-table.md, beside nodes.json and its provenance)."""
     lines = [
         "# Several nodes: `serve --nodes N` figures",
         "",
-        f"commit {prov.get('commit', '?')}{' (dirty)' if prov.get('dirty') else ''}, "
+        "Provenance in nodes.json beside this page; "
         f"{result['record_bytes']}-byte records, acks=all, idempotent confluent-kafka, "
         f"{result['partitions']} partitions per topic, one topic created on each node; "
         "medians of rounds.",
@@ -354,7 +354,7 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=50_000)
     parser.add_argument("--size", type=int, default=100)
@@ -364,12 +364,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale-records", type=int, default=200_000, help="per node")
     parser.add_argument("--rounds", type=int, default=3, help="scale-out rounds (median)")
     parser.add_argument("--skip-metadata-compare", action="store_true")
-    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def run(options: RunOptions) -> dict[str, Any]:
+    args = scenario_args(build_parser(), options, quick=QUICK, runs="--rounds")
     work = Path(tempfile.mkdtemp(prefix="bench-nodes-"))
     work.chmod(0o755)  # as root, PostgreSQL runs as the postgres user
     result: dict[str, Any] = {
-        "provenance": provenance(sys.argv),
         "records": args.records,
         "record_bytes": args.size,
         "partitions": PARTITIONS,
@@ -405,11 +407,13 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         pg.close()
         shutil.rmtree(work, ignore_errors=True)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
-    args.output.with_suffix(".md").write_text(markdown(result))
+    (options.out / "nodes-table.md").write_text(markdown(result))
     print(json.dumps(result, indent=2))
-    return 0
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    return standalone("nodes", argv)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@ Measures, each against a fresh `streamgate serve` on a free port with a temporar
    time to restart with them;
 3. Metadata for a 5,000-partition topic (client round trip);
 4. the time a split or merge takes: in-process `Stream.scale` and the HTTP round trip.
-Prints a table and writes bench-results/<run>/scaling.json.
+Prints a table; run it with `streamgate bench run scenario:scaling` (`--quick`: 5,000 records
+into 10 and 100 partitions, 3 scale rounds).
 """
 
 from __future__ import annotations
@@ -32,13 +33,12 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
 from compat.benchlib.records import ErrorLog  # noqa: E402
-from compat.benchlib.report import write_report  # noqa: E402
+from compat.benchlib.scenario import RunOptions, scenario_args, standalone  # noqa: E402
 from core.store import StoreSettings, StreamStore  # noqa: E402
 from harness.gateway import Gateway  # noqa: E402
 from harness.procstats import proc_status_kib  # noqa: E402
-from harness.results import results_dir  # noqa: E402
 
-OUTPUT = results_dir("scaling") / "scaling.json"
+QUICK = ("--records", "5000", "--partitions", "10,100", "--scale-rounds", "3")
 FLUSH_TIMEOUT = 300.0
 # loopback only: an HTTP(S)_PROXY of the environment must not see these requests
 _HTTP = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -232,14 +232,17 @@ def scale_timing(workdir: str, rounds: int) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=100_000)
     parser.add_argument("--record-bytes", type=int, default=1024)
     parser.add_argument("--partitions", default="10,100,1000,5000")
     parser.add_argument("--scale-rounds", type=int, default=20)
-    parser.add_argument("--output", type=Path, default=OUTPUT)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def run(options: RunOptions) -> dict[str, Any]:
+    args = scenario_args(build_parser(), options, quick=QUICK, runs="--scale-rounds")
     workdir = tempfile.mkdtemp(prefix="bench-scaling-")
     try:
         throughput = [
@@ -276,20 +279,18 @@ def main(argv: list[str] | None = None) -> int:
                 f"delivered, {row['errors']} errors, {row['unflushed']} unflushed "
                 f"{row['error_samples'][:3]}"
             )
-    settings = {k: v for k, v in vars(args).items() if k != "output"}
-    write_report(
-        args.output,
-        {
-            "benchmark": "compat/bench_scaling.py",
-            "ok": ok,
-            "settings": settings,
-            "throughput": throughput,
-            "idle": idle,
-            "scale": scaling,
-        },
-    )
-    print(f"wrote {args.output}; result: {'OK' if ok else 'FAILED'}")
-    return 0 if ok else 1
+    return {
+        "benchmark": "compat/bench_scaling.py",
+        "ok": ok,
+        "settings": vars(args),
+        "throughput": throughput,
+        "idle": idle,
+        "scale": scaling,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    return standalone("scaling", argv)
 
 
 if __name__ == "__main__":

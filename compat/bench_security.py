@@ -5,9 +5,10 @@ Starts a fresh streamgate with a PLAINTEXT and a SASL_SSL listener (trustme cert
 a SCRAM user made through AlterUserScramCredentials) and, with --kafka, Apache Kafka 3.5.1
 from ../shared/kafka configured alike (a SASL_SSL listener with PLAIN, a PEM keystore).
 Throughput uses confluent-kafka (acks=all); connection rates use one sequential Python
-client (connect, TLS, SASL, ApiVersions, close). Writes JSON with provenance.
+client (connect, TLS, SASL, ApiVersions, close). Run it with `streamgate bench run
+scenario:security` (`--targets streamgate,kafka`: Kafka too; `--runs N`; `--quick`: 4 MB).
 
-    .venv/bin/python compat/bench_security.py [--mb 64] [--kafka] [--output FILE]
+    .venv/bin/python compat/bench_security.py [--mb 64] [--kafka] [--out DIR] [--quick]
 """
 
 from __future__ import annotations
@@ -30,13 +31,12 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
+from compat.benchlib.scenario import RunOptions, scenario_args, standalone  # noqa: E402
 from harness.gateway import Gateway  # noqa: E402
 from harness.ports import free_port  # noqa: E402
-from harness.provenance import provenance  # noqa: E402
-from harness.results import results_dir  # noqa: E402
 from harness.security import Certs, SecureListeners, add_scram_user, make_certs  # noqa: E402
 
-DEFAULT_OUTPUT = results_dir("security") / "security.json"
+QUICK = ("--mb", "4")
 MB = 1024 * 1024
 USER, PASSWORD = "bench", "bench-secret"
 
@@ -249,32 +249,37 @@ def summarize(results: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mb", type=int, default=64, help="MB produced per run (default 64)")
     parser.add_argument("--kafka", action="store_true", help="also measure Kafka 3.5.1 alike")
     parser.add_argument("--repeat", type=int, default=1, help="runs per server (default 1)")
-    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def run(options: RunOptions) -> dict[str, Any]:
+    args = scenario_args(
+        build_parser(), options, quick=QUICK, runs="--repeat", with_kafka="--kafka"
+    )
     results = []
     # Alternating runs: the shared machine's noise hits both servers alike.
-    for run in range(args.repeat):
+    for round_ in range(args.repeat):
         with tempfile.TemporaryDirectory(prefix="bench-security-") as tmp:
             base = Path(tmp)
             certs = make_certs(base / "certs")
-            results.append({"run": run, **run_streamgate(base, certs, args.mb)})
+            results.append({"run": round_, **run_streamgate(base, certs, args.mb)})
             if args.kafka:
-                results.append({"run": run, **run_kafka(base, certs, args.mb)})
+                results.append({"run": round_, **run_kafka(base, certs, args.mb)})
     report = {
         "benchmark": "security",
-        "provenance": provenance(),
         "median": summarize(results),
         "results": results,
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"wrote {args.output}")
-    return 0
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    return standalone("security", argv)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ segment is handed back and forth between the nodes (`POST /streams/TOPIC/move`) 
   acknowledged after the commit, i.e. written by the new owner (it includes the new
   owner's sync period, 0.5 s, and the client's metadata refresh and retry backoff).
 
-Results: a table and JSON with provenance (bench-results/<run>/segment_move.json).
+Run it with `streamgate bench run scenario:segment-move` (`--runs N`: N moves; `--quick`: 2).
 """
 
 from __future__ import annotations
@@ -36,12 +36,11 @@ from confluent_kafka.admin import AdminClient, NewTopic
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
+from compat.benchlib.scenario import RunOptions, scenario_args, standalone  # noqa: E402
 from harness.gateway import Gateway  # noqa: E402
 from harness.postgres import PostgresServer  # noqa: E402
-from harness.provenance import provenance  # noqa: E402
-from harness.results import results_dir  # noqa: E402
 
-DEFAULT_OUTPUT = results_dir("segment_move") / "segment_move.json"
+QUICK = ("--rounds", "2", "--interval", "1")
 TOPIC = "move-bench"
 
 
@@ -72,7 +71,7 @@ def _quantiles(values: list[float]) -> dict[str, float]:
     }
 
 
-def run(work: Path, rounds: int, interval: float, partitions: int, size: int) -> dict[str, Any]:
+def measure(work: Path, rounds: int, interval: float, partitions: int, size: int) -> dict[str, Any]:
     pg = PostgresServer(work / "pg")
     pg.start()
     nodes: list[Gateway] = []
@@ -185,21 +184,25 @@ def run(work: Path, rounds: int, interval: float, partitions: int, size: int) ->
         pg.close()
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--interval", type=float, default=2.0, help="seconds between moves")
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--size", type=int, default=100)
-    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def run(options: RunOptions) -> dict[str, Any]:
+    args = scenario_args(build_parser(), options, quick=QUICK, runs="--rounds")
     work = Path(tempfile.mkdtemp(prefix="bench-segmove-"))
-    result = {"provenance": provenance(sys.argv)}
-    result.update(run(work, args.rounds, args.interval, args.partitions, args.size))
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
+    result = measure(work, args.rounds, args.interval, args.partitions, args.size)
     print(json.dumps({k: v for k, v in result.items() if k != "moves"}, indent=2))
-    return 0
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    return standalone("segment-move", argv)
 
 
 if __name__ == "__main__":

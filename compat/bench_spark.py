@@ -15,9 +15,10 @@ side where `../shared/kafka` (or KAFKA_HOME) is there.
 Kafka with one replica answers acks=all before any fsync; streamgate fsyncs first. Only the
 produce side differs in durability; the figures here are read / processing figures.
 
-    .venv/bin/python compat/bench_spark.py [--mib 1024] [--readings 200000] [--output PATH]
+    .venv/bin/python compat/bench_spark.py [--mib 1024] [--readings 200000] [--out DIR] [--quick]
 
-Writes bench-results/<run>/spark.json (with the provenance: commit, command, machine).
+Run it with `streamgate bench run scenario:spark` (`--quick`: 2,000 readings, 16 MiB, no
+warm-up, no Kafka: a smoke test of about a minute, most of it the JVM's start).
 """
 
 from __future__ import annotations
@@ -41,10 +42,12 @@ from confluent_kafka.admin import AdminClient, NewTopic
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from compat.benchlib.scenario import RunOptions, scenario_args, standalone  # noqa: E402
 from harness import kafka as harness_kafka  # noqa: E402
 from harness.gateway import Gateway  # noqa: E402
-from harness.provenance import provenance  # noqa: E402
-from harness.results import results_dir  # noqa: E402
+
+QUICK = ("--mib", "16", "--readings", "2000", "--devices", "100", "--warmup-readings", "0")
+QUICK += ("--max-offsets-per-trigger", "1000", "--skip-kafka")
 from spark_examples import generator, iot_pipeline  # noqa: E402
 from spark_examples.session import build_session, unavailable_reason  # noqa: E402
 
@@ -195,7 +198,7 @@ def timed(label: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     return result
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mib", type=int, default=1024, help="history replayed (default 1 GiB)")
     ap.add_argument("--readings", type=int, default=200_000)
@@ -208,16 +211,19 @@ def main(argv: list[str] | None = None) -> int:
         help="a first, unmeasured pipeline run (JIT, code generation)",
     )
     ap.add_argument("--skip-kafka", action="store_true")
-    ap.add_argument("--output", type=Path, default=results_dir("spark") / "spark.json")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def run(options: RunOptions) -> dict[str, Any]:
+    args = scenario_args(build_parser(), options, quick=QUICK, skip_kafka="--skip-kafka")
     why = unavailable_reason()
     if why:
         print(f"cannot run: {why}")
-        return 2
+        return {"ok": False, "skipped": why}
     kafka_why = "--skip-kafka" if args.skip_kafka else harness_kafka.unavailable_reason()
     work = Path(tempfile.mkdtemp(prefix="bench-spark-"))
     spark = build_session("bench-spark", conf={"spark.driver.memory": "2g"})
-    results: dict[str, Any] = {"provenance": provenance(), "mib": args.mib, "runs": {}}
+    results: dict[str, Any] = {"mib": args.mib, "runs": {}}
     runs = results["runs"]
     try:
         gw = Gateway(
@@ -330,10 +336,11 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"results in {args.output}")
-    return 0
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    return standalone("spark", argv)
 
 
 if __name__ == "__main__":

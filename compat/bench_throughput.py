@@ -41,13 +41,13 @@ from compat.benchlib.records import (  # noqa: E402
     make_payloads,
     split_range,
 )
-from compat.benchlib.report import code_state, environment, log_problems, write_report  # noqa: E402
+from compat.benchlib.report import code_state, environment, log_problems  # noqa: E402
+from compat.benchlib.scenario import RunOptions, scenario_args, standalone  # noqa: E402
 from compat.benchlib.topics import create_topic, delete_topic  # noqa: E402
 from harness.gateway import Gateway  # noqa: E402
 from harness.procstats import CpuMeter, CpuUsage  # noqa: E402
-from harness.results import results_dir  # noqa: E402
 
-DEFAULT_OUTPUT = results_dir("throughput") / "throughput.json"
+QUICK = ("--records", "20000")
 MB = 1024 * 1024  # kafka-producer-perf-test's MB, so figures compare directly
 
 Report = dict[str, Any]
@@ -207,13 +207,6 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         help="auto (the default): rich bars on a terminal if rich is installed, "
         "else a line a second",
-    )
-    add(
-        "--output",
-        type=Path,
-        default=DEFAULT_OUTPUT,
-        metavar="PATH",
-        help="where the JSON figures go (default: bench-results/<run>/throughput.json)",
     )
     return parser
 
@@ -643,7 +636,7 @@ def gateway_target(gateway: Gateway, keep_data: bool) -> Report:
     }
 
 
-def benchmark(args: argparse.Namespace, gateway: Gateway | None) -> int:
+def benchmark(args: argparse.Namespace, gateway: Gateway | None) -> Report:
     cfg = config_from_args(args)
     display = Display(args.progress)
     if gateway is not None:
@@ -665,14 +658,13 @@ def benchmark(args: argparse.Namespace, gateway: Gateway | None) -> int:
             delete_topic(bootstrap, cfg.topic)
     report = build_report(cfg, target, produce, consume)
     print_summary(report, produce, consume)
-    print(f"figures written to {write_report(args.output, report)}", flush=True)
     if not report["ok"] and gateway is not None:
         print(f"--- gateway log (tail) ---\n{gateway.log_tail()}", file=sys.stderr)
-    return 0 if report["ok"] else 1
+    return report
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def run(options: RunOptions) -> Report:
+    args = scenario_args(build_parser(), options, quick=QUICK)
     gateway = work_dir = None
     if not args.bootstrap:
         work_dir = Path(tempfile.mkdtemp(prefix="streamgate-bench-"))
@@ -682,16 +674,19 @@ def main(argv: list[str] | None = None) -> int:
         )
     try:
         return benchmark(args, gateway)
-    except Exception as exc:
-        print(f"benchmark failed: {exc!r}", file=sys.stderr)
+    except Exception:
         if gateway is not None:
             print(f"--- gateway log (tail) ---\n{gateway.log_tail()}", file=sys.stderr)
-        return 2
+        raise
     finally:
         if gateway is not None:
             gateway.close()
         if work_dir is not None and not args.keep_data:
             shutil.rmtree(work_dir, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return standalone("throughput", argv)
 
 
 if __name__ == "__main__":

@@ -16,8 +16,9 @@ admin endpoint on so /tier can be sampled):
    tier-2 uploads going on in the background.
 
 Each run also records the local disk used (du of DATA/streams), the bytes in tier 2 and the
-gateway's peak RSS. Prints tables, writes bench-results/<run>/tier2.json and, with matplotlib,
-bench-results/<run>/tier2_upload_lag.png. See compat/README.md ("Tier 2").
+gateway's peak RSS. Prints tables; run it with `streamgate bench run scenario:tier2`, which
+writes the figures and, with matplotlib, tier2_upload_lag.png in the results folder (`--runs
+N`: --repeat N; `--quick`: the folder store, a few seconds per phase). See compat/README.md.
 """
 
 from __future__ import annotations
@@ -55,9 +56,9 @@ from compat.benchlib.report import (  # noqa: E402
     code_state,
     environment,
     log_problems,
-    write_report,
 )
 from compat.benchlib.runs import ProduceRun, TailConsumer, producer_config, read_all  # noqa: E402
+from compat.benchlib.scenario import RunOptions, scenario_args, standalone  # noqa: E402
 from compat.benchlib.summary import Metric, cell, grouped, metric_cell  # noqa: E402
 from compat.benchlib.tier import (  # noqa: E402
     S3Backend,
@@ -67,11 +68,10 @@ from compat.benchlib.tier import (  # noqa: E402
 )
 from compat.benchlib.topics import create_topic  # noqa: E402
 from harness.procstats import CpuMeter  # noqa: E402
-from harness.results import results_dir  # noqa: E402
 
-DEFAULT_DIR = results_dir("tier2")  # outside the source tree (harness/results.py)
-DEFAULT_OUTPUT = DEFAULT_DIR / "tier2.json"
-DEFAULT_PLOT = DEFAULT_DIR / "tier2_upload_lag.png"
+PLOT = "tier2_upload_lag.png"
+QUICK = ("--backends", "folder", "--lag-seconds", "3", "--lag-rate", "2000", "--catchup-mib", "8")
+QUICK += ("--tail-seconds", "3", "--tail-rate", "500")
 MIB = 1024 * 1024
 HAVE_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
 BACKENDS = ("folder", "s3")
@@ -262,19 +262,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="auto: rich bars on a terminal if rich is installed, else a line a second",
     )
     add(
-        "--output",
-        type=Path,
-        default=DEFAULT_OUTPUT,
-        metavar="PATH",
-        help="JSON results (default: bench-results/<run>/tier2.json)",
-    )
-    add(
         "--plot",
         type=Path,
-        default=DEFAULT_PLOT,
+        default=None,
         metavar="PATH",
-        help="PNG of tier1_pending_bytes over time (default: "
-        "bench-results/<run>/tier2_upload_lag.png; needs matplotlib)",
+        help=f"PNG of tier1_pending_bytes over time (default: {PLOT} in the results folder; "
+        "needs matplotlib)",
     )
     return parser
 
@@ -958,7 +951,7 @@ def run_all(ctx: Context) -> list[Report]:
     return results
 
 
-def benchmark(args: argparse.Namespace) -> int:
+def benchmark(args: argparse.Namespace) -> Report:
     opts = Options.from_args(args)
     display = Display(args.progress)
     work_root = Path(tempfile.mkdtemp(prefix="streamgate-tier2-bench-"))
@@ -1023,7 +1016,6 @@ def benchmark(args: argparse.Namespace) -> int:
         print("problems:")
         for problem in ctx.problems:
             print(f"  ! {problem}")
-    print(f"figures written to {write_report(args.output, report)}")
     if plot:
         print(f"plot written to {plot}")
     print(
@@ -1031,19 +1023,18 @@ def benchmark(args: argparse.Namespace) -> int:
         f"{'OK' if report['ok'] else 'PROBLEMS (see above)'}",
         flush=True,
     )
-    return 0 if report["ok"] else 1
+    return report
+
+
+def run(options: RunOptions) -> Report:
+    args = scenario_args(build_parser(), options, quick=QUICK, runs="--repeat")
+    if args.plot is None:
+        args.plot = options.out / PLOT
+    return benchmark(args)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return benchmark(args)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    except Exception as exc:
-        print(f"benchmark failed: {exc!r}", file=sys.stderr)
-        return 2
+    return standalone("tier2", argv)
 
 
 if __name__ == "__main__":

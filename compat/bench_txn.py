@@ -10,7 +10,8 @@ Each target is measured on a fresh streamgate (a temporary data dir) and, when
 `../shared/kafka` and Java are there, on a single-node Apache Kafka 3.5.1 with its default
 durability (acks=all answered from the page cache) and with log.flush.interval.messages=1
 (an fsync per message, like streamgate's acks). Short runs: the machine is shared.
-Results are printed and written as JSON with provenance (bench-results/<run>/txn.json).
+Results are printed; run it with `streamgate bench run scenario:txn` (`--targets` leaves out
+`kafka` or `kafka-flush1`, the fsync-per-message Kafka; `--quick`: 2,000 records).
 """
 
 from __future__ import annotations
@@ -30,12 +31,12 @@ from confluent_kafka.admin import AdminClient, NewTopic
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from compat.benchlib.report import environment, log_problems, write_report  # noqa: E402
+from compat.benchlib.report import environment, log_problems  # noqa: E402
+from compat.benchlib.scenario import RunOptions, scenario_args, standalone  # noqa: E402
 from harness import kafka as kafka_harness  # noqa: E402
 from harness.gateway import Gateway  # noqa: E402
-from harness.results import results_dir  # noqa: E402
 
-DEFAULT_OUTPUT = results_dir("txn") / "txn.json"
+QUICK = ("--records", "2000")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,7 +45,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--value-bytes", type=int, default=100)
     parser.add_argument("--partitions", type=int, default=3)
     parser.add_argument("--no-kafka", action="store_true", help="streamgate only")
-    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     return parser
 
 
@@ -140,8 +140,8 @@ def measure(bootstrap: str, args: argparse.Namespace) -> dict[str, Any]:
     return rows
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
+def run(options: RunOptions) -> dict[str, Any]:
+    args = scenario_args(build_parser(), options, quick=QUICK, skip_kafka="--no-kafka")
     report: dict[str, Any] = {
         "settings": {k: str(v) for k, v in vars(args).items()},
         "environment": environment(),
@@ -162,10 +162,13 @@ def main(argv: list[str] | None = None) -> None:
         else:
             # Kafka answers acks=all from the page cache; flush.messages=1 fsyncs every
             # message, the like-for-like durability row.
-            for name, overrides in (
-                ("kafka", {}),
-                ("kafka_fsync_every_message", kafka_harness.FSYNC_EVERY_MESSAGE),
+            for name, target, overrides in (
+                ("kafka", "kafka", {}),
+                ("kafka_fsync_every_message", "kafka-flush1", kafka_harness.FSYNC_EVERY_MESSAGE),
             ):
+                if not options.wants(target):
+                    report[name] = {"skipped": f"{target} not among --targets"}
+                    continue
                 broker = kafka_harness.KafkaBroker(base / name, overrides)
                 broker.start()
                 try:
@@ -173,8 +176,12 @@ def main(argv: list[str] | None = None) -> None:
                     report[name] = measure(broker.bootstrap, args)
                 finally:
                     broker.stop()
-    print("wrote", write_report(args.output, report))
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    return standalone("txn", argv)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -7,8 +7,8 @@ producer writes uniquely numbered records while the gateway is killed with SIGKI
 restarted N times, so the kills land while files roll, upload, commit and trim. Then it waits
 until tier 2 has everything, reads the whole topic back (mostly from tier 2) and checks every
 acknowledged record: at its acknowledged offset, exactly once, offsets dense. Prints a line
-per cycle and a table; exit status 1 when a check failed, 2 when the soak could not run.
-See compat/README.md.
+per cycle and a table. Run it with `streamgate bench run scenario:soak-tier2` (`--runs N`: N
+cycles; `--quick`: 5 cycles); the run fails (exit status 1) when a check failed.
 """
 
 from __future__ import annotations
@@ -38,10 +38,12 @@ from rich.table import Table
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from compat.benchlib.report import write_report  # noqa: E402
+from compat.benchlib.scenario import RunOptions, scenario_args, standalone  # noqa: E402
 from compat.benchlib.tier import http_json  # noqa: E402
 from harness.gateway import Gateway as HarnessGateway  # noqa: E402
 from harness.moto import MotoServer  # noqa: E402
+
+QUICK = ("--cycles", "5", "--stall-timeout", "60")
 
 START_TIMEOUT = 60.0
 MAX_QUEUED = 50_000  # unacknowledged records in the producer before it holds back
@@ -89,7 +91,7 @@ class Ledger:
     fatal: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def new_record(self) -> int:
+    def new_record(self) -> dict[str, Any]:
         self.acked_partition.append(-1)
         self.acked_offset.append(-1)
         self.sent += 1
@@ -323,7 +325,7 @@ def _bytes(n: int) -> str:
 # --------------------------------------------------------------------------- soak
 
 
-def soak(args: argparse.Namespace, workdir: Path) -> int:
+def soak(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     env: dict[str, str] = {}
     moto: MotoServer | None = None
     bucket = ""
@@ -355,7 +357,7 @@ def soak(args: argparse.Namespace, workdir: Path) -> int:
         if gateway is not None:
             console.print("--- gateway log (tail) ---", markup=False)
             console.print(gateway.log_text()[-4000:], markup=False, highlight=False)
-        return 2
+        raise
     finally:
         if gateway is not None:
             gateway.close()
@@ -365,7 +367,7 @@ def soak(args: argparse.Namespace, workdir: Path) -> int:
 
 def run_cycles(
     args: argparse.Namespace, gateway: Gateway, moto: MotoServer | None, bucket: str
-) -> int:
+) -> dict[str, Any]:
     began = time.monotonic()
     rng = random.Random(args.seed)
     topic = f"soak-{uuid.uuid4().hex[:8]}"
@@ -483,26 +485,24 @@ def run_cycles(
     for sample in verdict.samples + ledger.failures[:5] + ledger.fatal[:5] + unbacked[:5]:
         console.print(f"  {sample}", highlight=False)
     ok = verdict.verified == ledger.acked and not any(failed.values())
-    if args.output is not None:
-        summary = {
-            "benchmark": "compat/soak_tier2.py",
-            "ok": ok,
-            "settings": vars(args) | {"output": str(args.output)},
-            "records_sent": ledger.sent,
-            "records_acked": ledger.acked,
-            "records_verified": verdict.verified,
-            "failed": failed,
-            "torn_tails": torn,
-            "chunks_uploaded_seen": chunks_total,
-            "tier2_objects": len(objects),
-            "wall_seconds": round(time.monotonic() - began, 1),
-        }
-        console.print(f"summary written to {write_report(args.output, summary)}")
+    summary = {
+        "benchmark": "compat/soak_tier2.py",
+        "ok": ok,
+        "settings": vars(args),
+        "records_sent": ledger.sent,
+        "records_acked": ledger.acked,
+        "records_verified": verdict.verified,
+        "failed": failed,
+        "torn_tails": torn,
+        "chunks_uploaded_seen": chunks_total,
+        "tier2_objects": len(objects),
+        "wall_seconds": round(time.monotonic() - began, 1),
+    }
     console.print("[green]PASSED" if ok else "[red]FAILED")
-    return 0 if ok else 1
+    return summary
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add = parser.add_argument
     add("--cycles", type=int, default=100, help="SIGKILL + restart cycles (default: %(default)s)")
@@ -528,19 +528,24 @@ def main(argv: list[str] | None = None) -> int:
         help="give up the catch-up wait or the final read after this long without progress",
     )
     add("--keep-data", action="store_true", help="keep the temp dir (data, gateway.log)")
-    add("--output", type=Path, help="also write the summary (with provenance) to this JSON file")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def run(options: RunOptions) -> dict[str, Any]:
+    args = scenario_args(build_parser(), options, quick=QUICK, runs="--cycles")
     workdir = Path(tempfile.mkdtemp(prefix="soak-tier2-"))
     try:
         return soak(args, workdir)
-    except KeyboardInterrupt:
-        return 2
     finally:
         if args.keep_data:
             console.print(f"kept {workdir}")
         else:
             with contextlib.suppress(OSError):
                 shutil.rmtree(workdir)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return standalone("soak-tier2", argv)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ from .metadata_worker import MetadataWorker
 from .segments.chunks import build_chunk, chunk_key
 from .segments.log import LogFile, SegmentLog, Tier1Usage
 from .segments.objectstore import Body, ObjectNotFound, ObjectStore, ObjectStoreUnavailable
+from .segments.tier2_health import FailureReporter, reason_for
 from .stream import Stream
 
 log = logging.getLogger(__name__)
@@ -133,6 +134,8 @@ class TierManager:
         self.retained_bytes = 0
         self.upload_lags: deque[float] = deque(maxlen=10_000)  # seconds, roll to confirm
         self.outage_since: float | None = None
+        # tier-2 failures in a few lines: one per kind, then a summary now and then
+        self.reporter = FailureReporter.for_store(object_store)
         self._nursery: trio.Nursery | None = None
         self._prefetching = 0
         self._unlink_limiter = trio.CapacityLimiter(1)  # trimmed files, one thread at a time
@@ -200,10 +203,10 @@ class TierManager:
                 try:
                     await self._upload_file(stream, segment, pending[0])
                     delay = _BACKOFF_FIRST_S
-                except Exception:  # a bug or a local read error: keep the store serving
-                    log.exception(
-                        "topic %s segment %d: upload failed", stream.name, segment.segment_id
-                    )
+                except Exception as exc:  # a bug or a local read error: keep the store serving
+                    # (tier 2's own failures are retried in _put_with_backoff): said as
+                    # "upload failed", with a traceback once per exception type
+                    self.reporter.failed("upload", exc, unexpected=True)
                     self.stats.upload_errors += 1
                     await trio.sleep(delay)
                     delay = min(delay * 2, _BACKOFF_MAX_S)
@@ -247,26 +250,18 @@ class TierManager:
         while not stream.deleted:
             try:
                 await self.object_store.put(key, data)
-            except (ObjectStoreUnavailable, OSError) as exc:
+            except Exception as exc:
+                if reason_for(exc) is None:
+                    raise  # not a tier-2 failure it knows: `_upload_segment` reports it
                 self.stats.upload_errors += 1
                 if self.outage_since is None:
                     self.outage_since = time.monotonic()
-                    log.warning(
-                        "tier 2 (%s): upload of %s failed, retrying with backoff: %s",
-                        self.object_store.description,
-                        key,
-                        exc,
-                    )
+                self.reporter.failed("upload", exc)
                 await trio.sleep(delay)
                 delay = min(delay * 2, _BACKOFF_MAX_S)
                 continue
-            if self.outage_since is not None:
-                log.info(
-                    "tier 2 (%s): uploads resumed after %.1f s",
-                    self.object_store.description,
-                    time.monotonic() - self.outage_since,
-                )
-                self.outage_since = None
+            self.outage_since = None
+            self.reporter.succeeded("upload")
             return
 
     async def _save_open_txns(self, stream: Stream, partitions: set[int]) -> bool:
@@ -360,8 +355,17 @@ class TierManager:
         except Exception as exc:
             self.stats.read_errors += 1
             loading.error = exc
-            raise
+            if isinstance(exc, ObjectNotFound | ValueError):  # gone or wrong: not tier 2's
+                raise
+            reason = self.reporter.failed("read", exc, "fetches get a retriable error")
+            if isinstance(exc, StoreUnavailable) or reason_for(exc) is None:
+                raise
+            # e.g. no credentials: readers get the retriable error, not a traceback
+            unavailable = StoreUnavailable(f"tier 2 {self.object_store.description}: {reason}")
+            loading.error = unavailable
+            raise unavailable from exc
         else:
+            self.reporter.succeeded("read")
             loading.data = data
             self.stats.bytes_fetched += len(data)
             self.cache.put(key, data)
@@ -490,18 +494,21 @@ class TierManager:
         while True:
             try:
                 await self.object_store.delete_many(keys)
-                return
-            except (ObjectStoreUnavailable, OSError) as exc:
-                log.warning("tier 2: deleting %d objects failed, will retry: %s", len(keys), exc)
+            except Exception as exc:  # retried whatever it is: a background task must not die
+                self.reporter.failed("delete", exc)
                 await trio.sleep(delay)
                 delay = min(delay * 2, _BACKOFF_MAX_S)
+                continue
+            self.reporter.succeeded("delete")
+            return
 
     async def _delete_prefix(self, prefix: str) -> None:
         try:
             keys = await self.object_store.list_keys(prefix)
-        except (ObjectStoreUnavailable, OSError) as exc:
-            log.error("tier 2: could not list %s to delete it: %s", prefix, exc)
+        except Exception as exc:
+            self.reporter.failed("list", exc, f"the objects under {prefix} stay behind")
             return
+        self.reporter.succeeded("list")
         if keys:
             await self._delete_objects(keys)
 

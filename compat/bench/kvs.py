@@ -33,7 +33,7 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from compat.bench.output import write_all
+from compat.bench.output import result_document, write_all
 from compat.bench.workloads import TARGETS, Workload, records_of
 from compat.benchlib.display import Display, print_table, rate_poll
 from compat.benchlib.records import latency_ms, make_payloads
@@ -584,12 +584,13 @@ def table(
     return headers, rows
 
 
-def markdown(headers: list[str], rows: list[list[str]], report: Report) -> str:
-    prov = report["provenance"]
+def markdown(headers: list[str], rows: list[list[str]], doc: Report) -> str:
+    prov, report = doc["provenance"], doc["figures"]
     lines = [
         "# Apache Kafka 3.5.1 beside streamgate",
         "",
-        f"Commit `{prov.get('commit')}` (dirty: {prov.get('dirty')}), "
+        f"Commit `{prov.get('commit')}` (dirty: {prov.get('dirty')}), {prov.get('utc')}, "
+        f"{(prov.get('machine') or {}).get('cpus')} CPUs{', quick sizes' if doc['quick'] else ''}, "
         f"{report['runs']} run(s) per target, medians of the runs that succeeded; "
         "the last column is streamgate's advantage (>= 1.00: as good as Kafka or better).",
         f"Command: `{prov.get('command')}`",
@@ -786,6 +787,10 @@ def server_figures(started: dict[str, Target]) -> Report:
     return servers
 
 
+def all_ok(results: Results) -> bool:
+    return all(r.get("ok") for by in results.values() for runs in by.values() for r in runs)
+
+
 def write_outputs(
     workloads: list[Workload],
     o: Options,
@@ -794,20 +799,35 @@ def write_outputs(
     results: Results,
     runs_done: int,
 ) -> None:
-    report: Report = {
+    figures: Report = {
         "runs": runs_done,
         "runs_asked": o.runs,
-        "quick": o.quick,
         "workloads": {w.name: asdict(w) for w in workloads},
         "code": code,
         "environment": environment(),
         "servers": servers,
         "results": results,
     }
-    report["provenance"] = o.provenance  # the run's start: its own writes dirty the tree
+    doc = result_document(
+        name=o.out.name,
+        kind="workload",
+        figures=figures,
+        provenance=o.provenance,  # the run's start: its own writes dirty the tree
+        quick=o.quick,
+        options={
+            "out": str(o.out.parent),
+            "quick": o.quick,
+            "runs": o.runs,
+            "targets": o.targets,
+            "any_target": o.any_target,
+            "gateway_args": o.gateway_args,
+        },
+        ok=all_ok(results) and runs_done == o.runs,
+        files=[o.out.with_suffix(".png").name],
+    )
     shown = rows_for({w.name: w.driver for w in workloads})
     headers, rows = table(results, shown)
-    write_all(o.out, report, markdown(headers, rows, report), lambda p: plot(results, shown, p))
+    write_all(o.out, doc, markdown(headers, rows, doc), lambda p: plot(results, shown, p))
 
 
 def run_workloads(workloads: list[Workload], o: Options) -> int:
@@ -836,5 +856,4 @@ def run_workloads(workloads: list[Workload], o: Options) -> int:
     headers, rows = table(results, rows_for({w.name: w.driver for w in workloads}))
     print_table("Kafka 3.5.1 vs streamgate (medians)", headers, rows)
     print(f"written: {o.out.with_suffix('.json')}, .md, .png")
-    all_ok = all(r.get("ok") for by in results.values() for runs in by.values() for r in runs)
-    return 0 if all_ok else 1
+    return 0 if all_ok(results) else 1

@@ -1,15 +1,12 @@
-"""Result files: every one records where it came from (harness.provenance: commit, dirty
-tree, command, machine), the client versions, and what the gateway's log said."""
+"""What a result records besides its figures: the client versions, the code the gateway ran
+and what its log said (the runner adds the provenance: compat.bench.output)."""
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import platform
-import re
-from pathlib import Path
 from typing import Any
 
 import confluent_kafka
@@ -20,10 +17,6 @@ MAX_SAMPLES = 10
 LOG_LEVELS = ("WARNING", "ERROR", "CRITICAL", "Traceback")
 
 Report = dict[str, Any]
-
-_NUMBER_LIST = re.compile(
-    r"\[\s*((?:-?[0-9][0-9.eE+-]*|null)(?:,\s*(?:-?[0-9][0-9.eE+-]*|null))*)\s*\]"
-)
 
 
 def _version_string(version: str | tuple[str, int]) -> str:
@@ -67,19 +60,3 @@ def log_problems(text: str) -> Report:
                     samples.append(line[:300])
                 break
     return {"counts": counts, "samples": samples}
-
-
-def write_report(path: Path, report: Report) -> Path:
-    """Writes `report` with its provenance first; a list of plain numbers (a sample row)
-    stays on one line. Returns the absolute path."""
-    body = {"provenance": provenance(), **report}
-    text = json.dumps(body, indent=2)
-    text = _NUMBER_LIST.sub(
-        lambda m: "[" + ", ".join(x.strip() for x in m.group(1).split(",")) + "]", text
-    )
-    path = path if path.is_absolute() else Path.cwd() / path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text + "\n")
-    tmp.replace(path)
-    return path

@@ -14,7 +14,9 @@ as ``"0f3a.../3/00000000000000000000.chunk"``. The contract every implementation
 * Failures that may go away on their own (endpoint unreachable, connection refused or reset,
   timeouts, HTTP 5xx, throttling) raise :class:`ObjectStoreUnavailable`: the caller keeps the
   data in tier 1 and retries later. Anything else (bad credentials, a local disk error) is
-  raised as it is.
+  raised as it is; :mod:`core.segments.tier2_health` puts any of them into words.
+* ``probe()`` (blocking, for a worker thread) writes, reads back and deletes a small object
+  outside every key the store hands out, so a start-up check sees what uploads will meet.
 
 Key components must not be empty, ``.`` or ``..``, and must not start with ``.`` (reserved
 for the folder store's temporary files), so a key means the same thing in every store.
@@ -46,6 +48,8 @@ T = TypeVar("T")
 DEFAULT_S3_REGION = "us-east-1"
 S3_DELETE_BATCH = 1000  # the maximum number of keys one DeleteObjects request may carry
 _TMP_MARK = ".tmp-"
+# Start-up probe objects: a name no key may have (keys' components never start with ".").
+_PROBE_MARK = ".streamgate-probe-"
 
 
 # An object's bytes: one buffer, or pieces in order (written gathered, not joined, where
@@ -61,6 +65,19 @@ class ObjectNotFound(Exception):
     """There is no object under the requested key."""
 
 
+class BucketNotCreated(Exception):
+    """The S3 bucket does not exist and creating it was refused (the cause says why)."""
+
+    def __init__(self, bucket: str, cause: BaseException) -> None:
+        super().__init__(f"bucket {bucket!r} does not exist and could not be created: {cause}")
+        self.bucket = bucket
+        self.cause = cause
+
+
+def _probe_body(token: str) -> bytes:
+    return f"streamgate tier-2 probe {token}\n".encode()
+
+
 class ObjectStore(Protocol):
     description: str
 
@@ -71,6 +88,8 @@ class ObjectStore(Protocol):
     async def delete_many(self, keys: list[str]) -> None: ...
 
     async def list_keys(self, prefix: str) -> list[str]: ...
+
+    def probe(self) -> None: ...
 
     def close(self) -> None: ...
 
@@ -160,6 +179,28 @@ def _write_in_synced_steps(fd: int, pieces: list[memoryview]) -> None:
             group, size = [], 0
     if group:
         write_all(lambda views: os.writev(fd, views), group)
+
+
+def probe_folder(root: str) -> None:
+    """Blocking: create ``root`` if missing, then write, read back and delete a small file
+    in it; ``OSError`` if any step fails. Touches nothing else (no store needs to be open)."""
+    token = secrets.token_hex(8)
+    path = os.path.join(root, _PROBE_MARK + token)
+    body = _probe_body(token)
+    _makedirs_durable(root)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        try:
+            write_all(lambda views: os.writev(fd, views), views_of([body]))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        with open(path, "rb") as f:
+            if f.read() != body:
+                raise OSError(errno.EIO, "the probe file read back differs", path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
 
 
 class LocalFolderStore:
@@ -300,6 +341,11 @@ class LocalFolderStore:
         _check_prefix(prefix)
         return await trio.to_thread.run_sync(self._list_keys_sync, prefix)
 
+    # probe -------------------------------------------------------------------------------
+    def probe(self) -> None:
+        """Blocking: write, read back and delete a small file in the root (OSError if not)."""
+        probe_folder(self.root)
+
     def close(self) -> None:
         pass
 
@@ -430,6 +476,11 @@ class S3Store:
                 self._client.head_bucket(Bucket=self.bucket)
             except self._bx.ClientError as exc:
                 code, status = _client_error_info(exc)
+                if status == 403 or code in ("403", "AccessDenied", "Forbidden"):
+                    # HEAD answers 403 without a reason (bad key, bad secret, a policy
+                    # without s3:ListBucket): go on, the operation's own reply says which
+                    self._bucket_ready = True
+                    return
                 if code not in ("404", "NoSuchBucket", "NotFound") and status != 404:
                     raise
                 self._create_bucket()
@@ -443,8 +494,11 @@ class S3Store:
             self._client.create_bucket(**kwargs)
         except self._bx.ClientError as exc:
             code, _status = _client_error_info(exc)
-            if code not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+            if code in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+                return
+            if self._is_retriable_client_error(exc):
                 raise
+            raise BucketNotCreated(self.bucket, exc) from exc
 
     # operations --------------------------------------------------------------------------
     async def put(self, key: str, data: Body) -> None:
@@ -523,12 +577,66 @@ class S3Store:
         subject = f"with prefix {prefix!r}"
         return await trio.to_thread.run_sync(self._run, "list_keys", subject, call)
 
+    def probe(self) -> None:
+        """Blocking: make sure the bucket is there (created if missing, like every operation),
+        then write, read back and delete a small object under the prefix. Raises what an
+        upload would meet (botocore's exceptions, :class:`BucketNotCreated`)."""
+        token = secrets.token_hex(8)
+        key = self._full_key(_PROBE_MARK + token)
+        body = _probe_body(token)
+        for attempt in range(2):
+            try:
+                self._ensure_bucket()
+                self._client.put_object(Bucket=self.bucket, Key=key, Body=body)
+                break
+            except self._bx.ClientError as exc:
+                code, _status = _client_error_info(exc)
+                if code == "NoSuchBucket" and attempt == 0:
+                    self._bucket_ready = False  # a 403 HEAD let us by: try to create it
+                    continue
+                raise
+        try:
+            response = self._client.get_object(Bucket=self.bucket, Key=key)
+            with contextlib.closing(response["Body"]) as stream:
+                got = stream.read()
+            if got != body:
+                raise ObjectStoreUnavailable(
+                    f"{self.description}: the probe object read back differs"
+                )
+        finally:
+            self._client.delete_object(Bucket=self.bucket, Key=key)
+
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self._client.close()
 
 
 # --------------------------------------------------------------------------- factory
+
+
+def folder_of(url: str | None, data_dir: str) -> str | None:
+    """The folder a ``--tier2`` style URL names; ``None`` for ``s3://``; ``ValueError`` if
+    the URL is malformed or of an unknown kind."""
+    if not url:
+        return os.path.join(data_dir, "tier2")
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme == "s3":
+        if not parts.netloc:
+            raise ValueError(f"object store URL {url!r}: expected s3://bucket[/prefix]")
+        if parts.query or parts.fragment:
+            raise ValueError(f"object store URL {url!r}: query or fragment not supported")
+        return None
+    if scheme == "file":
+        if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
+            raise ValueError(f"object store URL {url!r}: expected file:///absolute/path")
+        return parts.path
+    if scheme == "":
+        return url
+    raise ValueError(
+        f"unsupported object store URL {url!r}: use s3://bucket[/prefix], file:///path or a "
+        "plain folder path"
+    )
 
 
 def open_object_store(
@@ -539,23 +647,8 @@ def open_object_store(
     ``None`` or ``""``: the folder ``<data_dir>/tier2``; ``s3://bucket[/prefix]``: an S3 bucket
     (at ``s3_endpoint`` if given, else AWS); ``file:///abs/path`` or a plain path: a folder.
     """
-    if not url:
-        return LocalFolderStore(os.path.join(data_dir, "tier2"))
-    parts = urlsplit(url)
-    scheme = parts.scheme.lower()
-    if scheme == "s3":
-        if not parts.netloc:
-            raise ValueError(f"object store URL {url!r}: expected s3://bucket[/prefix]")
-        if parts.query or parts.fragment:
-            raise ValueError(f"object store URL {url!r}: query or fragment not supported")
-        return S3Store(parts.netloc, parts.path.strip("/"), endpoint_url=s3_endpoint)
-    if scheme == "file":
-        if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
-            raise ValueError(f"object store URL {url!r}: expected file:///absolute/path")
-        return LocalFolderStore(parts.path)
-    if scheme == "":
-        return LocalFolderStore(url)
-    raise ValueError(
-        f"unsupported object store URL {url!r}: use s3://bucket[/prefix], file:///path or a "
-        "plain folder path"
-    )
+    folder = folder_of(url, data_dir)
+    if folder is not None:
+        return LocalFolderStore(folder)
+    parts = urlsplit(url or "")
+    return S3Store(parts.netloc, parts.path.strip("/"), endpoint_url=s3_endpoint)

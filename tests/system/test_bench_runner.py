@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from compat.bench import workloads
+from compat.bench.output import SCHEMA
 from compat.bench.scenarios import SCENARIOS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -49,11 +50,17 @@ def test_unknown_keys_are_refused() -> None:
         workloads.parse("x", {"driver": "rated", "targets": ["redpanda"]})
 
 
-def test_scenarios_name_scripts() -> None:
+def test_scenarios_follow_the_contract() -> None:
+    """Every scenario has run(options) for the runner, main(argv) on its own, and --quick
+    sizes; none writes its own result file."""
     for name, scenario in SCENARIOS.items():
         spec = importlib.util.find_spec(scenario.module)
         assert spec is not None and spec.origin, name
-        assert "\ndef main(argv" in Path(spec.origin).read_text(), name
+        source = Path(spec.origin).read_text()
+        assert "\ndef run(options: RunOptions)" in source, name
+        assert "\ndef main(argv" in source and f'standalone("{name}"' in source, name
+        assert "\nQUICK = (" in source and "quick=QUICK" in source, name
+        assert "write_report(" not in source and "--output" not in source, name
 
 
 def test_bench_list() -> None:
@@ -95,9 +102,10 @@ def test_bench_run_quick_on_streamgate(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads((out / "rate-2k.json").read_text())
+    assert report["schema"] == SCHEMA and report["kind"] == "workload" and report["quick"]
     assert report["provenance"]["commit"] and report["provenance"]["machine"]
-    assert report["workloads"]["rate-2k"]["rate"] == 2000
-    (run,) = report["results"]["rate-2k"]["streamgate"]
+    assert report["figures"]["workloads"]["rate-2k"]["rate"] == 2000
+    (run,) = report["figures"]["results"]["rate-2k"]["streamgate"]
     assert run["ok"] and run["consumed"] >= run["produce"]["records_delivered"] == 2000, run
     md = (out / "rate-2k.md").read_text()
     assert md.startswith("# Apache Kafka 3.5.1 beside streamgate") and "Commit `" in md
@@ -109,13 +117,14 @@ def test_bench_run_quick_on_streamgate(tmp_path: Path) -> None:
     ("argv", "expected", "left"),
     [
         (["--runs", "5", "small-16", "--quick"], {"runs": 5, "quick": True}, []),
-        (["small-16", "--targets", "streamgate"], {"runs": 3, "targets": ["streamgate"]}, []),
+        (["small-16", "--targets", "streamgate"], {"runs": None, "targets": ["streamgate"]}, []),
         (
             ["scenario:groups", "--out", "/x", "--", "--rounds", "1"],
             {"out": Path("/x")},
             ["--rounds", "1"],
         ),
         (["scenario:groups", "--rounds", "1"], {"out": None}, ["--rounds", "1"]),
+        (["scenario:txn", "--quick", "--", "--records", "9"], {"quick": True}, ["--records", "9"]),
     ],
 )
 def test_run_arguments_before_and_after_the_workload(
