@@ -93,9 +93,11 @@ async def serve(settings: Settings) -> None:
             wal_settings=settings.wal_settings,
         )
     )
+    if settings.wal == "object":
+        await _require_tier2(settings)
     async with trio.open_nursery() as root:
-        if (settings.tier2_url or "").startswith("s3://"):  # a folder: checked before (cli.serve)
-            root.start_soon(_check_tier2, settings, store)
+        if (settings.tier2_url or "").startswith("s3://") and settings.wal != "object":
+            root.start_soon(_check_tier2, settings, store)  # a folder: checked in cli.serve
         membership = None
         if settings.metadata_url:
             membership = await _start_node(settings, store, root)
@@ -146,6 +148,22 @@ async def serve(settings: Settings) -> None:
             groups.stop()
             store.stop()  # flushers drain what is queued, then the store closes
             credentials.backend.close()
+
+
+async def _require_tier2(settings: Settings) -> None:
+    """`--wal object` acknowledges nothing without its object store: refuse to start, with
+    one line, when it does not work."""
+    from core.segments.tier2_health import check_tier2
+
+    try:
+        check = await check_tier2(settings.tier2_url, settings.data_dir, settings.s3_endpoint)
+    except ValueError as exc:
+        raise SystemExit(f"streamgate serve: --tier2: {exc}") from None
+    if not check.ok:
+        raise SystemExit(
+            f"streamgate serve: {check.line()}; --wal object cannot acknowledge anything without it"
+        )
+    log.info("%s", check.line())
 
 
 async def _check_tier2(settings: Settings, store: StreamStore) -> None:

@@ -423,7 +423,8 @@ def run(args: argparse.Namespace) -> int:
     settings.multi_node = bool(args.metadata) if args.multi_node is None else args.multi_node
     _check_placement()
     os.makedirs(settings.data_dir, exist_ok=True)
-    _check_tier2_folder(settings.tier2_url, settings.data_dir)
+    if settings.wal != "object":  # which checks it before it starts (cli/app.py)
+        _check_tier2_folder(settings.tier2_url, settings.data_dir)
     interpreter_tuning.tune()  # GC thresholds, GIL switch interval: see the module
     try:
         trio.run(serve, settings)

@@ -14,6 +14,7 @@ nothing acknowledged.
 
 from __future__ import annotations
 
+import os
 import shutil
 import sqlite3
 import threading
@@ -217,3 +218,39 @@ def test_an_s3_outage_holds_acknowledgements_back_until_it_ends(
         assert sum(len(v) for v in stored.values()) == 51
     finally:
         gw.close()
+
+
+def test_wal_object_refuses_to_start_without_its_object_store(tmp_path: Path) -> None:
+    """An endpoint nobody answers on: one line, and no server that cannot acknowledge."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cli",
+            "serve",
+            "--data-dir",
+            str(tmp_path / "d"),
+            "--listen",
+            "127.0.0.1:0",
+            "--wal",
+            "object",
+            "--tier2",
+            "s3://nowhere/p",
+            "--s3-endpoint",
+            f"http://127.0.0.1:{port}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x"},
+    )
+    assert done.returncode != 0
+    assert "--wal object cannot acknowledge anything without it" in done.stderr
+    assert "Traceback" not in done.stderr
