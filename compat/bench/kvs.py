@@ -34,7 +34,7 @@ from typing import Any
 from confluent_kafka import Producer
 
 from compat.bench.output import result_document, write_all
-from compat.bench.workloads import TARGETS, Workload, records_of
+from compat.bench.workloads import STREAMGATE_VARIANTS, TARGETS, Workload, records_of
 from compat.benchlib.display import Display, print_table, rate_poll
 from compat.benchlib.records import latency_ms, make_payloads
 from compat.benchlib.report import code_state, environment, log_problems
@@ -49,6 +49,7 @@ from harness.kafka import (
     run_tool,
     unavailable_reason,
 )
+from harness.moto import MotoServer
 from harness.nodes_cluster import NodesCluster
 from harness.process import ManagedProcess
 from harness.procstats import CpuMeter, proc_cpu_seconds, proc_status_kib
@@ -688,11 +689,15 @@ def targets_for(w: Workload, o: Options) -> list[str]:
         return [t for t in TARGETS if t in w.targets]
     if o.any_target:
         return list(o.targets)
-    allowed = set(w.targets) | ({"streamgate-2n"} if "streamgate" in w.targets else set())
+    allowed = set(w.targets) | (set(STREAMGATE_VARIANTS) if "streamgate" in w.targets else set())
     return [t for t in o.targets if t in allowed]
 
 
-def start_targets(workloads: list[Workload], o: Options, work: Path) -> dict[str, Target]:
+def start_targets(
+    workloads: list[Workload], o: Options, work: Path, extra: list[ManagedProcess]
+) -> dict[str, Target]:
+    """Start every target the workloads need; what they need besides (a moto S3 server)
+    goes into `extra`, for the caller to stop."""
     needed = {t for w in workloads for t in targets_for(w, o)}
     started: dict[str, Target] = {}
     if needed & {"kafka", "kafka-flush1"}:
@@ -709,6 +714,23 @@ def start_targets(workloads: list[Workload], o: Options, work: Path) -> dict[str
                 work / "gateway.log",
                 [*GATEWAY_ARGS, *o.gateway_args],
                 default_partitions=8,
+            )
+            server.start_fresh()
+        elif name in ("streamgate-wal-object", "streamgate-wal-s3"):
+            wal_args = ["--wal", "object"]
+            env: dict[str, str] = {}
+            if name == "streamgate-wal-s3":
+                moto = MotoServer(work / "moto")
+                moto.start()
+                extra.append(moto)
+                wal_args += ["--tier2", "s3://bench/wal", "--s3-endpoint", moto.endpoint]
+                env = moto.env()
+            server = Gateway(
+                work / name,
+                work / f"{name}.log",
+                [*GATEWAY_ARGS, *wal_args, *o.gateway_args],
+                default_partitions=8,
+                env=env,
             )
             server.start_fresh()
         elif name == "streamgate-2n":
@@ -836,9 +858,10 @@ def run_workloads(workloads: list[Workload], o: Options) -> int:
     work = Path(tempfile.mkdtemp(prefix="streamgate-vs-kafka-"))
     display = Display(o.progress)
     started: dict[str, Target] = {}
+    extra: list[ManagedProcess] = []
     results: Results = {}
     try:
-        started = start_targets(workloads, o, work)
+        started = start_targets(workloads, o, work, extra)
         code = code_state()
         # taken once, before this run's own result files make the tree dirty
         o.provenance = o.provenance or provenance()
@@ -851,6 +874,8 @@ def run_workloads(workloads: list[Workload], o: Options) -> int:
         display.close()
         for t in started.values():
             t.server.close()
+        for process in extra:
+            process.close()
         if not o.keep_data:
             shutil.rmtree(work, ignore_errors=True)
     headers, rows = table(results, rows_for({w.name: w.driver for w in workloads}))
