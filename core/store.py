@@ -163,6 +163,10 @@ class StreamStore:
                         self.settings.wal_settings,
                     )
                     self.wal.incarnation = self.settings.wal_incarnation
+                    if self.settings.node_id is not None:
+                        self._tier.key_writer = (
+                            f".n{self.settings.node_id}i{self.settings.wal_incarnation}"
+                        )
                     await restore_tails(
                         metadata,
                         self.object_store,

@@ -216,6 +216,8 @@ class SqlMetadataStore:
         KeyError if the topic or segment is gone."""
         chunk.created_ms = chunk.created_ms or int(time.time() * 1000)
         with self.engine.transaction() as db:
+            if self._chunk_fenced(db, name, chunk.segment_id):
+                raise KeyError(f"{name} segment {chunk.segment_id} is another node's now")
             cursor = db.execute(
                 "UPDATE segments SET uploaded_end = {greatest}(uploaded_end, ?) "
                 "WHERE topic = ? AND segment_id = ?",
@@ -306,6 +308,10 @@ class SqlMetadataStore:
                     for r in ranges
                 ],
             )
+
+    def _chunk_fenced(self, db: Handle, name: str, segment_id: int) -> bool:
+        """One node owns everything: never (postgres.py checks the owner)."""
+        return False
 
     def _wal_fenced(
         self, db: Handle, node_id: int, incarnation: int, ranges: Sequence[WalRange]

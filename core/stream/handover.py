@@ -230,7 +230,7 @@ async def _refresh(stream: Stream, db: PostgresMetadataStore, call: Call) -> Non
             ownership.add(record.first_partition, record.last_partition, record.segment_id)
     stream.ownership = ownership
     for index in sorted(partitions):
-        partition = _load_partition(stream, index, chunks, producers, log_starts.get(index, 0))
+        partition = load_partition(stream, index, chunks, producers, log_starts.get(index, 0))
         partition.compacted_end = max(partition.compacted_end, compacted.get(index, 0))
         for a in aborted:
             if a.partition == index:
@@ -245,7 +245,7 @@ async def _refresh(stream: Stream, db: PostgresMetadataStore, call: Call) -> Non
         )
 
 
-def _load_partition(
+def load_partition(
     stream: Stream,
     index: int,
     chunks: list[Any],

@@ -80,7 +80,7 @@ def open_segments(stream: Stream) -> list[SegmentLog]:
             existing_bases=bases.get(seg.segment_id, ()),
         )
         stream.add_segment(seg.segment_id, segment, now)
-        _replay(stream, seg.segment_id, segment)
+        replay_segment(stream, seg.segment_id, segment)
         if seg.sealed:
             segment.seal()
         else:
@@ -98,7 +98,8 @@ def open_segments(stream: Stream) -> list[SegmentLog]:
     return [stream.segments[segment_id] for _f, _l, segment_id in stream.owners()]
 
 
-def _replay(stream: Stream, segment_id: int, segment: SegmentLog) -> None:
+def replay_segment(stream: Stream, segment_id: int, segment: SegmentLog) -> None:
+    """Index every valid entry of the segment's local log in its partitions."""
     for entry in segment.replay():
         header = read_batch_header(entry.batch)
         partition = stream.partition(entry.partition)

@@ -39,11 +39,14 @@ async def restore_tails(
     for topic in topics:
         owned = await call(metadata.load_segments, topic.name)
         assert isinstance(owned, list)
+        directory = os.path.join(streams_dir, topic.topic_id.hex)
         for segment, owner in owned:
             if owner is not None and node_id is not None and owner != node_id:
+                # taken over while this node was away: what its disk holds of it is stale
+                # (everything acknowledged is in the objects the new owner restored)
+                await trio.to_thread.run_sync(_discard, directory, segment.segment_id)
                 continue
-            directory = os.path.join(streams_dir, topic.topic_id.hex)
-            restored += await _restore_segment(
+            restored += await restore_segment(
                 metadata,
                 object_store,
                 directory,
@@ -53,6 +56,16 @@ async def restore_tails(
                 call,
             )
     return restored
+
+
+def _discard(directory: str, segment_id: int) -> None:
+    if not os.path.isdir(directory):
+        return
+    for name in os.listdir(directory):
+        parsed = parse_log_file_name(name)
+        if parsed is not None and parsed[0] == segment_id:
+            log.warning("%s: removing a segment another node took over", name)
+            os.remove(os.path.join(directory, name))
 
 
 def _local_end(directory: str, segment_id: int, uploaded_end: int) -> int:
@@ -79,7 +92,7 @@ def _local_end(directory: str, segment_id: int, uploaded_end: int) -> int:
     return max(base + valid, uploaded_end)
 
 
-async def _restore_segment(
+async def restore_segment(
     metadata: MetadataStore,
     object_store: ObjectStore,
     directory: str,
@@ -88,6 +101,7 @@ async def _restore_segment(
     uploaded_end: int,
     call: Callable[..., Awaitable[object]],
 ) -> int:
+    """Write back the segment's tail beyond its local log; returns the bytes written."""
     end = await trio.to_thread.run_sync(_local_end, directory, segment_id, uploaded_end)
     ranges = await call(metadata.wal_ranges, topic.name, segment_id, end)
     assert isinstance(ranges, list)

@@ -40,12 +40,14 @@ WAL_ARGS = ("--wal", "object", "--wal-flush-ms", "20", "--chunk-age-ms", "500")
 class _Load:
     """An idempotent acks=all producer sending unique values from a thread until stopped."""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
+    def __init__(self, bootstrap: str, topic: str, **config: object) -> None:
         self.topic = topic
         self.acked: dict[str, tuple[int, int]] = {}
         self.sent: set[str] = set()
         self.failed: list[str] = []
         self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._per_partition: dict[int, int] = {}
         self._producer = Producer(
             {
                 "bootstrap.servers": bootstrap,
@@ -56,16 +58,25 @@ class _Load:
                 "reconnect.backoff.ms": 50,
                 "reconnect.backoff.max.ms": 200,
                 "metadata.recovery.strategy": "none",
+                **config,
             }
         )
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
     def _delivered(self, err, msg) -> None:  # type: ignore[no-untyped-def]
-        if err is None:
-            self.acked[msg.value().decode()] = (msg.partition(), msg.offset())
-        else:
-            self.failed.append(str(err))
+        with self._lock:
+            if err is None:
+                self.acked[msg.value().decode()] = (msg.partition(), msg.offset())
+                self._per_partition[msg.partition()] = (
+                    self._per_partition.get(msg.partition(), 0) + 1
+                )
+            else:
+                self.failed.append(str(err))
+
+    def acked_in(self, partition: int) -> int:
+        with self._lock:
+            return self._per_partition.get(partition, 0)
 
     def _run(self) -> None:
         n = 0
