@@ -26,7 +26,7 @@ from ..cluster.view import CLUSTER
 from ..metadata import CommittedOffset
 from ..metadata.postgres import LeaseError, PostgresMetadataStore
 from ..stream.handover import apply_cluster_segments
-from ..wal.takeover import take_over_orphans
+from .takeover import take_over_orphans
 from .topic_sync import reconcile
 
 if TYPE_CHECKING:

@@ -33,7 +33,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import crc32c
 import trio
@@ -41,9 +41,6 @@ import trio
 from core.gathered_io import IOV_MAX, advance, views_of, write_all
 from core.segments.commit_times import COMMIT_TIMES
 from core.segments.flush_threads import FLUSH_THREADS
-
-if TYPE_CHECKING:
-    from core.wal.writer import WalSink
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +62,18 @@ _PIPELINE_S = 0.05
 # Recently fsync'd batches stay in memory (all logs together up to this many bytes, oldest
 # dropped first), so a consumer at the tail is served without a worker-thread hop.
 RECENT_BUDGET_BYTES = 64 << 20
+
+
+class WalSink(Protocol):
+    """Where a log hands its synced groups with the write-ahead log in object storage
+    (core/wal): it calls the log's `wal_committed` with each, in order, once recorded."""
+
+    def submit(
+        self,
+        log: SegmentLog,
+        buffers: Sequence[bytes | bytearray | memoryview],
+        batch: list[PendingAppend],
+    ) -> None: ...
 
 
 def _write_durably(

@@ -12,17 +12,14 @@ from __future__ import annotations
 import functools
 import uuid
 from collections.abc import Callable, Collection, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from ..api import AppendResult, PendingAppend, ReadResult, ScaleResult
 from ..metadata import ChunkRecord, ChunkSlice, MetadataStore, ProducerSnapshot, TopicRecord
 from ..partition import Partition
-from ..segments.log import SegmentLog, Tier1Usage
+from ..segments.log import SegmentLog, Tier1Usage, WalSink
 from . import append, ownership, reads, recovery, tier_index, timestamps
 from .stats import SegmentStats
-
-if TYPE_CHECKING:
-    from ..wal.writer import WalWriter
 
 
 class TierLink(Protocol):
@@ -43,6 +40,12 @@ class TierLink(Protocol):
     def prefetch(self, stream: Stream, location: ChunkSlice) -> None: ...
 
 
+class WalLink(Protocol):
+    """The node's write-ahead log in object storage (`core.wal.writer.WalWriter`)."""
+
+    def bind(self, topic: str, topic_id: uuid.UUID) -> WalSink: ...
+
+
 class Stream:
     def __init__(
         self,
@@ -51,7 +54,7 @@ class Stream:
         metadata: MetadataStore | None = None,
         spawn_flusher: Callable[[SegmentLog], None] | None = None,
         tier: TierLink | None = None,
-        wal: WalWriter | None = None,
+        wal: WalLink | None = None,
     ) -> None:
         """`metadata` and `spawn_flusher` (starts a log's flusher task) are needed by
         `scale`; `tier` (rolling, uploads, tier-2 reads) by everything beyond tier 1."""

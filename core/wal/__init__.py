@@ -4,7 +4,8 @@ With it, an append is acknowledged only once its bytes are in an object of the t
 store and that object is recorded in the metadata store, so a node's disk holds nothing
 that is not also elsewhere: a node that loses its disk recovers its segments' tails from
 the objects (restore.py), and, with several nodes, the metadata commit is where a node
-that lost its segments is fenced (WalFenced).
+that lost its segments is fenced (WalFenced); live nodes take over a dead node's segments
+(core/nodes/takeover.py).
 
 - layout.py: what one write-ahead object holds;
 - writer.py: gathers the appends of every segment of the node into one object per flush,

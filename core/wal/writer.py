@@ -22,7 +22,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -34,7 +34,7 @@ from .layout import encode_header
 if TYPE_CHECKING:
     import uuid
 
-    from ..segments.log import PendingAppend, SegmentLog
+    from ..segments.log import PendingAppend, SegmentLog, WalSink
 
 log = logging.getLogger(__name__)
 
@@ -54,17 +54,6 @@ KEY_PREFIX = "wal"
 class WalSettings:
     flush_ms: float | None = None  # None: by the store (DEFAULT_FLUSH_MS_*)
     flush_bytes: int = DEFAULT_FLUSH_BYTES
-
-
-class WalSink(Protocol):
-    """What a segment log hands its synced groups to (a WalWriter bound to one stream)."""
-
-    def submit(
-        self,
-        log: SegmentLog,
-        buffers: Sequence[bytes | bytearray | memoryview],
-        batch: list[PendingAppend],
-    ) -> None: ...
 
 
 @dataclass(slots=True)

@@ -1,4 +1,4 @@
-"""Several nodes with `--wal object`: a live node takes over the open segments of a node
+"""Several nodes with `--wal object` (core/wal): a live node takes over the open segments of a node
 whose lease expired, so its partitions are served again without it or its disk.
 
 Each sync round, every live node reads the open segments whose owner's lease has expired
@@ -31,7 +31,7 @@ from ..cluster.view import CLUSTER
 from ..segments.log import parse_log_file_name
 from ..stream.handover import load_partition
 from ..stream.recovery import replay_segment
-from .restore import restore_segment
+from ..wal.restore import restore_segment
 
 if TYPE_CHECKING:
     from ..metadata.postgres import PostgresMetadataStore
