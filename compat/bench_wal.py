@@ -42,7 +42,18 @@ from harness.gateway import Gateway  # noqa: E402
 from harness.nodes_cluster import NodesCluster  # noqa: E402
 from harness.postgres import unavailable_reason  # noqa: E402
 
-QUICK = ("--rates", "1,10", "--partitions", "10,500", "--seconds", "3", "--kills", "3")
+QUICK = (
+    "--rates",
+    "1,10",
+    "--partitions",
+    "10,500",
+    "--paces",
+    "100",
+    "--seconds",
+    "3",
+    "--kills",
+    "3",
+)
 RECORD = 1024
 
 
@@ -50,6 +61,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rates", default="1,10,100", help="MB/s, comma-separated")
     parser.add_argument("--partitions", default="10,5000", help="comma-separated")
+    parser.add_argument(
+        "--paces",
+        default="5,100",
+        help="--wal-flush-ms values, comma-separated (5: the folder's default, 100: S3's)",
+    )
     parser.add_argument("--seconds", type=float, default=8.0, help="per cell")
     parser.add_argument("--kills", type=int, default=20, help="takeover cycles")
     return parser
@@ -113,31 +129,42 @@ def _produce_at(bootstrap: str, topic: str, mb_s: float, seconds: float) -> dict
 
 def measure_objects(args: argparse.Namespace, base: Path) -> list[dict[str, Any]]:
     rows = []
-    for partitions in (int(p) for p in args.partitions.split(",")):
-        for rate in (float(r) for r in args.rates.split(",")):
-            data = base / f"objects-{partitions}-{rate:g}"
-            gateway = Gateway(data / "data", data / "gw.log", ("--wal", "object"), metrics=True)
-            gateway.start_fresh()
-            try:
-                topic = _topic(gateway.bootstrap, partitions)
-                before = _tier(gateway)
-                figures = _produce_at(gateway.bootstrap, topic, rate, args.seconds)
-                after = _tier(gateway)
-            finally:
-                gateway.close()
-            objects = after["wal_objects"] - before["wal_objects"]
-            row = {
-                "partitions": partitions,
-                "mb_s_asked": rate,
-                **figures,
-                "wal_objects": objects,
-                "wal_objects_per_s": round(objects / figures["seconds"], 1),
-                "wal_mean_object_kib": round(
-                    (after["wal_bytes"] - before["wal_bytes"]) / max(objects, 1) / 1024, 1
-                ),
-            }
-            print(row, flush=True)
-            rows.append(row)
+    cells = [
+        (pace, int(p), float(r))
+        for pace in args.paces.split(",")
+        for p in args.partitions.split(",")
+        for r in args.rates.split(",")
+    ]
+    for pace, partitions, rate in cells:
+        data = base / f"objects-{pace}-{partitions}-{rate:g}"
+        gateway = Gateway(
+            data / "data",
+            data / "gw.log",
+            ("--wal", "object", "--wal-flush-ms", pace),
+            metrics=True,
+        )
+        gateway.start_fresh()
+        try:
+            topic = _topic(gateway.bootstrap, partitions)
+            before = _tier(gateway)
+            figures = _produce_at(gateway.bootstrap, topic, rate, args.seconds)
+            after = _tier(gateway)
+        finally:
+            gateway.close()
+        objects = after["wal_objects"] - before["wal_objects"]
+        row = {
+            "wal_flush_ms": float(pace),
+            "partitions": partitions,
+            "mb_s_asked": rate,
+            **figures,
+            "wal_objects": objects,
+            "wal_objects_per_s": round(objects / figures["seconds"], 1),
+            "wal_mean_object_kib": round(
+                (after["wal_bytes"] - before["wal_bytes"]) / max(objects, 1) / 1024, 1
+            ),
+        }
+        print(row, flush=True)
+        rows.append(row)
     return rows
 
 
