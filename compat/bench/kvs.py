@@ -62,6 +62,15 @@ TARGET_LABELS = {
     "kafka-flush1": "kafka\nflush=1",
     "streamgate": "streamgate",
     "streamgate-2n": "streamgate\n2 nodes",
+    "streamgate-wal-object": "streamgate\nwal object",
+    "streamgate-wal-s3": "streamgate\nwal S3",
+}
+# the ratio columns: each streamgate target shown, against Kafka
+RATIO_LABELS = {
+    "streamgate": "streamgate",
+    "streamgate-2n": "2 nodes",
+    "streamgate-wal-object": "wal object",
+    "streamgate-wal-s3": "wal S3",
 }
 STALL_S = 60.0
 # Kafka's harness starts groups at once (group.initial.rebalance.delay.ms=0): so does this one
@@ -562,9 +571,8 @@ def table(
     results: dict[str, dict[str, list[Report]]], rows_shown: list[Row]
 ) -> tuple[list[str], list[list[str]]]:
     shown = [t for t in TARGETS if any(t in by for by in results.values())]
-    headers = ["workload", *shown, "streamgate / kafka"]
-    if "streamgate-2n" in shown:
-        headers.append("2 nodes / kafka")
+    ours = [t for t in RATIO_LABELS if t in shown or t == "streamgate"]
+    headers = ["workload", *shown, *(f"{RATIO_LABELS[t]} / kafka" for t in ours)]
     rows = []
     for label, workload, path, fmt, higher in rows_shown:
         if workload not in results:
@@ -574,8 +582,8 @@ def table(
             value = median_of(results, target, workload, path)
             cells.append("-" if value is None else format(value, fmt))
         kf = median_of(results, "kafka", workload, path)
-        for ours in ("streamgate", "streamgate-2n")[: len(headers) - len(shown) - 1]:
-            sg = median_of(results, ours, workload, path)
+        for target in ours:
+            sg = median_of(results, target, workload, path)
             ratio = "-"
             if sg and kf and higher is not None:
                 # ratio as "how many times better" so >= 1.00 always meets the goal
@@ -628,6 +636,8 @@ def plot(results: dict[str, dict[str, list[Report]]], rows_shown: list[Row], pat
         "kafka-flush1": "#8172b2",
         "streamgate": "#dd8452",
         "streamgate-2n": "#c44e52",
+        "streamgate-wal-object": "#55a868",
+        "streamgate-wal-s3": "#937860",
     }
     targets = [t for t in TARGETS if any(t in by for by in results.values())]
     for ax, (label, workload, fig_path, _fmt, higher) in zip(axes.flat, shown, strict=False):
