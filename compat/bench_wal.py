@@ -41,6 +41,7 @@ from compat.benchlib.scenario import RunOptions, scenario_args, standalone  # no
 from harness.gateway import Gateway  # noqa: E402
 from harness.nodes_cluster import NodesCluster  # noqa: E402
 from harness.postgres import unavailable_reason  # noqa: E402
+from harness.producers import surviving_producer  # noqa: E402
 
 QUICK = (
     "--rates",
@@ -175,18 +176,7 @@ class _Acks:
         self.last: dict[int, float] = {}
         self.failed = 0
         self._stop = threading.Event()
-        self._producer = Producer(
-            {
-                "bootstrap.servers": bootstrap,
-                "acks": "all",
-                "enable.idempotence": True,
-                "linger.ms": 2,
-                "message.timeout.ms": 120000,
-                "reconnect.backoff.ms": 50,
-                "reconnect.backoff.max.ms": 200,
-                "metadata.recovery.strategy": "none",
-            }
-        )
+        self._producer = Producer(surviving_producer(bootstrap, **{"message.timeout.ms": 120000}))
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 

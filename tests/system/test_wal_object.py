@@ -31,6 +31,7 @@ from support.crash import check_exactly_once, read_from_start
 from support.nodes import gateway_args, pg_url, postgres, requires_postgres  # noqa: F401
 
 from harness.moto import MotoServer
+from harness.producers import surviving_producer
 from harness.proxy import OutageProxy
 
 PARTITIONS = 4
@@ -48,19 +49,7 @@ class _Load:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._per_partition: dict[int, int] = {}
-        self._producer = Producer(
-            {
-                "bootstrap.servers": bootstrap,
-                "enable.idempotence": True,
-                "acks": "all",
-                "linger.ms": 2,
-                "message.timeout.ms": 90000,
-                "reconnect.backoff.ms": 50,
-                "reconnect.backoff.max.ms": 200,
-                "metadata.recovery.strategy": "none",
-                **config,
-            }
-        )
+        self._producer = Producer(surviving_producer(bootstrap, **config))
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
