@@ -15,7 +15,13 @@ from core.partition import UNRESERVED, Partition
 from core.store import StoreSettings, StreamStore
 from core.stream import append
 from core.stream.recovery import WAL_MARKER
-from core.stream.reservations import MAX_BLOCK, MIN_BLOCK, block_for, initial_reserve_at
+from core.stream.reservations import (
+    MAX_BLOCK,
+    MIN_BLOCK,
+    Reservations,
+    block_for,
+    initial_reserve_at,
+)
 
 
 def _batch(value: bytes = b"v", count: int = 1) -> bytes:
@@ -32,6 +38,21 @@ def test_block_sizes() -> None:
     assert block_for(1_000_000) == 2_000_000  # about two seconds of the rate
     assert block_for(1e12) == MAX_BLOCK
     assert initial_reserve_at(MIN_BLOCK) == MIN_BLOCK // 2
+
+
+def test_blocks_follow_the_partition_rate() -> None:
+    class FakeStream:
+        name = "t"
+
+    reservations = Reservations(call=None)
+    partition = Partition(0)
+    partition.reserved = 0
+    assert reservations.plan(FakeStream, partition, 0.0) == (MIN_BLOCK, MIN_BLOCK)
+    partition.reserved, partition.next_offset = MIN_BLOCK, 1_000_000  # a burst
+    mark, block = reservations.plan(FakeStream, partition, 1.0)
+    assert block == block_for(1_000_000) and mark == 1_000_000 + block
+    partition.reserved, partition.next_offset = mark, 1_000_100  # then nearly idle
+    assert reservations.plan(FakeStream, partition, 11.0) == (mark + MIN_BLOCK, MIN_BLOCK)
 
 
 def test_durable_appends_above_the_mark_wait_for_it() -> None:
