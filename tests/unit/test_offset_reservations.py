@@ -22,6 +22,7 @@ from core.stream.reservations import (
     block_for,
     initial_reserve_at,
 )
+from core.tiering import TierSettings
 
 
 def _batch(value: bytes = b"v", count: int = 1) -> bytes:
@@ -183,3 +184,50 @@ def test_log_without_reservations_raises_them_on_open(tmp_path, caplog) -> None:
     with caplog.at_level(logging.ERROR):
         _reopen(tmp_path, check)
     assert "lost offsets" not in caplog.text
+
+
+def test_records_in_tier2_stay_and_the_lost_range_starts_after_them(tmp_path, caplog) -> None:
+    """Crash-like: the marks stay a block ahead (no clean stop settles them), the first
+    records are in tier 2, the last ones only in the removed local log."""
+    settings = StoreSettings(str(tmp_path), tier=TierSettings(chunk_bytes=1, chunk_age_s=0.05))
+    in_tier2 = 0
+
+    async def fill() -> None:
+        nonlocal in_tier2
+        store = StreamStore(settings)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(store.run)
+            stream = store.create_topic("t", 1)
+            for _ in range(3):
+                assert (await stream.append(0, _batch(count=100), -1)).error == 0
+            with trio.fail_after(10):
+                while stream.partition(0).slices()[-1:] == [] or any(
+                    s.unuploaded_bytes for s in stream.segments.values()
+                ):
+                    await trio.sleep(0.01)
+            in_tier2 = stream.partition(0).slices()[-1].last_offset + 1
+            store.tier.settings.chunk_age_s = 3600  # the next records stay in tier 1
+            for segment in stream.segments.values():
+                segment.roll_age_s = 3600
+            assert (await stream.append(0, _batch(count=100), -1)).error == 0
+            store._settle_reservations = _no_settle  # as if killed: marks stay ahead
+            store.stop()
+
+    async def _no_settle() -> None:
+        return None
+
+    trio.run(fill)
+    assert in_tier2 == 300
+    mark = _db_marks(tmp_path)[0]
+    assert mark > 400
+    streams = os.path.join(tmp_path, "streams")
+    for folder in os.listdir(streams):
+        shutil.rmtree(os.path.join(streams, folder))
+
+    async def check(stream) -> None:
+        partition = stream.partition(0)
+        assert (partition.log_start_offset, partition.next_offset) == (mark, mark)
+
+    with caplog.at_level(logging.ERROR):
+        _reopen(tmp_path, check)
+    assert f"topic t partition 0: lost offsets [300, {mark})" in caplog.text
