@@ -235,6 +235,18 @@ MIGRATIONS: list[list[Step]] = [
         )
         """),
     ],
+    # 6: offset reservations: per partition, an upper bound of every offset ever
+    # acknowledged or made visible (core/stream/reservations.py); only ever raised
+    [
+        Ddl("""
+        CREATE TABLE IF NOT EXISTS offset_reservations (
+            topic TEXT NOT NULL REFERENCES topics(name) ON DELETE CASCADE,
+            partition INTEGER NOT NULL,
+            reserved {BIGINT} NOT NULL,
+            PRIMARY KEY (topic, partition)
+        )
+        """),
+    ],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

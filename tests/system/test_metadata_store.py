@@ -477,7 +477,7 @@ def test_an_old_postgres_database_opens_unchanged(
     postgres: Any,  # noqa: F811
 ) -> None:
     """A database made by the PostgreSQL steps before the shared layer (copied verbatim)
-    has today's schema version and schema: nothing runs, data stays, columns match."""
+    takes only the steps added since (offset reservations): data stays, columns match."""
     import psycopg
 
     with psycopg.connect(pg_url, autocommit=True) as conn:
@@ -490,7 +490,7 @@ def test_an_old_postgres_database_opens_unchanged(
             "INSERT INTO segments (topic, segment_id, epoch, first_partition, last_partition, "
             "owner_node, owner_epoch) VALUES ('t', 0, 0, 0, 1, 3, 4)"
         )
-    assert len(OLD_PG_MIGRATIONS) == SCHEMA_VERSION
+    assert len(OLD_PG_MIGRATIONS) == 5 < SCHEMA_VERSION
     fresh = pg_url + "_fresh"
     with psycopg.connect(postgres.dsn, autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {fresh.rsplit('/', 1)[1]}")
@@ -525,7 +525,7 @@ def test_a_version_2_postgres_database_is_migrated(pg_url: str) -> None:  # noqa
     with psycopg.connect(pg_url, autocommit=True) as conn:  # back to the nodes branch schema
         conn.execute(
             "DROP TABLE transactions, aborted_txns, acls, client_quotas, compaction_state, "
-            "scram_credentials, open_txns, broker_configs"
+            "scram_credentials, open_txns, broker_configs, offset_reservations"
         )
         conn.execute("DELETE FROM schema_version WHERE version > 2")
     db = PostgresMetadataStore(pg_url)
@@ -533,7 +533,7 @@ def test_a_version_2_postgres_database_is_migrated(pg_url: str) -> None:  # noqa
     assert [t.transactional_id for t in db.load_transactions()] == ["tx"]
     with psycopg.connect(pg_url) as conn:
         rows = conn.execute("SELECT version FROM schema_version ORDER BY version").fetchall()
-    assert [r[0] for r in rows] == [1, 2, 3, 4, 5] == list(range(1, SCHEMA_VERSION + 1))
+    assert [r[0] for r in rows] == [1, 2, 3, 4, 5, 6] == list(range(1, SCHEMA_VERSION + 1))
     db.close()
 
 
