@@ -22,6 +22,8 @@ from .txn.partition_state import AbortedTxn, PartitionTxns
 INT32_MAX = 2**31 - 1
 # Like Kafka: the last five batches per producer are remembered to answer retried duplicates.
 PRODUCER_BATCH_CACHE = 5
+# `Partition.reserved` of a partition whose offsets are not reserved (no metadata store).
+UNRESERVED = 1 << 62
 
 
 @dataclass(slots=True)
@@ -86,6 +88,9 @@ class Partition:
         "bytes_in",
         "records_in",
         "_waiters",
+        "reserved",
+        "reserve_at",
+        "deferred",
     )
 
     def __init__(self, index: int) -> None:
@@ -115,6 +120,13 @@ class Partition:
         self.bytes_in = 0
         self.records_in = 0
         self._waiters: set[trio.Event] | None = None
+        # Offset reservation (core/stream/reservations.py): offsets at or above `reserved`
+        # are not covered by the metadata store yet, so an append ending above it is
+        # neither acknowledged nor visible (`deferred`, in offset order) until the
+        # reservation is raised; an append ending above `reserve_at` asks for a raise.
+        self.reserved = UNRESERVED
+        self.reserve_at = UNRESERVED
+        self.deferred: list | None = None
 
     # --- index -------------------------------------------------------------------------
 
@@ -261,6 +273,24 @@ class Partition:
     def local_location(self, i: int) -> tuple[int, int]:
         """(segment id, position) of the i-th oldest tier-1 index entry."""
         return self._segment_ids[i], self._positions[i]
+
+    def skip_lost(self, end: int) -> None:
+        """Offsets below `end` may have been acknowledged but are lost (the local log is
+        gone): the log starts at `end`, the next append gets `end`. Producer states are
+        forgotten, as Kafka forgets producers whose batches are all below the log start."""
+        self.next_offset = max(self.next_offset, end)
+        self.high_watermark = self.next_offset
+        self.log_start_offset = max(self.log_start_offset, end)
+        self._producers = None
+
+    def forget_producers_below(self, offset: int) -> None:
+        """Forget producers whose remembered batches all start below `offset` (the log
+        start): their sequences are unknown from here, as after Kafka's log start moves."""
+        if not self._producers:
+            return
+        for producer_id, state in list(self._producers.items()):
+            if state.batches and state.batches[-1].base_offset < offset:
+                del self._producers[producer_id]
 
     # --- tier-2 index ------------------------------------------------------------------
 

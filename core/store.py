@@ -38,6 +38,7 @@ from .segments.log import SegmentLog
 from .segments.objectstore import ObjectStore, open_object_store
 from .stream import Stream, reads
 from .stream.handover import MoveTimings, hand_over
+from .stream.reservations import Reservations
 from .tiering import TierManager, TierSettings
 from .wal.restore import restore_tails
 from .wal.writer import WalSettings, WalWriter
@@ -86,6 +87,7 @@ class StreamStore:
         self.object_store: ObjectStore | None = None
         self._tier: TierManager | None = None
         self._worker: MetadataWorker | None = None
+        self.reservations: Reservations | None = None
         self.compactor: Compactor | None = None
         self.wal: WalWriter | None = None
         self._nursery: trio.Nursery | None = None
@@ -137,6 +139,7 @@ class StreamStore:
             self.settings.tier2_url, self.settings.data_dir, self.settings.s3_endpoint
         )
         self._worker = MetadataWorker()
+        self.reservations = Reservations(self._worker.call)
         self._tier = TierManager(self.object_store, metadata, self._worker, self.settings.tier)
         self.compactor = Compactor(
             self.object_store,
@@ -151,6 +154,11 @@ class StreamStore:
                 tier_scope = trio.CancelScope()
                 tier_done = trio.Event()
                 nursery.start_soon(_run_cancellable, tier_scope, tier_done, self._tier.run)
+                reservations_scope = trio.CancelScope()
+                reservations_done = trio.Event()
+                nursery.start_soon(
+                    _run_cancellable, reservations_scope, reservations_done, self.reservations.run
+                )
                 topics = metadata.load_topics()
                 wal_scope = trio.CancelScope()
                 wal_done = trio.Event()
@@ -198,17 +206,39 @@ class StreamStore:
                 await compaction_done.wait()
                 wal_scope.cancel()  # what it has not recorded was never acknowledged
                 await wal_done.wait()
+                reservations_scope.cancel()
                 tier_scope.cancel()  # uploads in flight are redone after the next start
                 await tier_done.wait()  # no upload thread may still read a file we close
                 for stream in self.streams.values():
                     for segment in stream.segments.values():
                         segment.close()
+            await self._settle_reservations()
         finally:
             metadata.close()
             self.object_store.close()
 
     def stop(self) -> None:
         self._stopping.set()
+
+    async def _settle_reservations(self) -> None:
+        """A clean stop: every append is durable (or failed and undone), so each partition
+        this node leads ends exactly at its next offset; that becomes its mark. A local log
+        removed after a clean stop with everything in tier 2 then loses nothing."""
+        for stream in self.streams.values():
+            if stream.deleted or stream.reservations is None:
+                continue
+            ends = {
+                index: partition.next_offset
+                for index, partition in stream.iter_partitions()
+                if partition.reserved != partition.next_offset
+                and CLUSTER.is_local(stream.name, index)
+            }
+            if not ends:
+                continue
+            try:
+                await self.worker.call(self.metadata.settle_reservations, stream.name, ends)
+            except Exception as exc:  # noqa: BLE001 - the marks stay upper bounds
+                log.warning("topic %s: settling offset reservations failed: %s", stream.name, exc)
 
     @property
     def _streams_dir(self) -> str:
@@ -241,6 +271,7 @@ class StreamStore:
             self.metadata,
             lambda segment: nursery.start_soon(_run_flusher, segment),
             self.tier,
+            self.reservations,
             self.wal,
         )
         for segment in stream.open_segments():

@@ -235,7 +235,19 @@ MIGRATIONS: list[list[Step]] = [
         )
         """),
     ],
-    # 6: write-ahead objects in object storage (core/wal): one row per object, one per
+    # 6: offset reservations: per partition, an upper bound of every offset ever
+    # acknowledged or made visible (core/stream/reservations.py); only ever raised
+    [
+        Ddl("""
+        CREATE TABLE IF NOT EXISTS offset_reservations (
+            topic TEXT NOT NULL REFERENCES topics(name) ON DELETE CASCADE,
+            partition INTEGER NOT NULL,
+            reserved {BIGINT} NOT NULL,
+            PRIMARY KEY (topic, partition)
+        )
+        """),
+    ],
+    # 7: write-ahead objects in object storage (core/wal): one row per object, one per
     # segment range in it; an object goes once every range is below its segment's
     # uploaded end
     [

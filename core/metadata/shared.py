@@ -386,6 +386,35 @@ class SqlMetadataStore:
         with self.engine.transaction() as db:
             _upsert_log_starts(db, name, log_starts)
 
+    # --- offset reservations (core/stream/reservations.py) -------------------------------
+
+    def load_reservations(self, name: str) -> dict[int, int]:
+        with self.engine.read() as db:
+            rows = db.all(
+                "SELECT partition, reserved FROM offset_reservations WHERE topic = ?", (name,)
+            )
+        return {int(p): int(r) for p, r in rows}
+
+    def raise_reservations(self, name: str, marks: dict[int, int]) -> None:
+        """Raise (never lower) the partitions' reserved offsets, durably."""
+        with self.engine.transaction() as db:
+            db.executemany(
+                "INSERT INTO offset_reservations VALUES (?, ?, ?) "
+                "ON CONFLICT (topic, partition) DO UPDATE SET reserved = "
+                "{greatest}(offset_reservations.reserved, excluded.reserved)",
+                [(name, partition, mark) for partition, mark in marks.items()],
+            )
+
+    def settle_reservations(self, name: str, ends: dict[int, int]) -> None:
+        """Set the partitions' marks to their exact ends (a clean stop: no append is in
+        flight, so the end is the tightest bound; it may lower a mark)."""
+        with self.engine.transaction() as db:
+            db.executemany(
+                "INSERT INTO offset_reservations VALUES (?, ?, ?) "
+                "ON CONFLICT (topic, partition) DO UPDATE SET reserved = excluded.reserved",
+                [(name, partition, end) for partition, end in ends.items()],
+            )
+
     # --- committed offsets ---------------------------------------------------------------
 
     def load_offsets(self) -> list[CommittedOffset]:

@@ -105,6 +105,7 @@ async def _adopt(
         record.uploaded_end,
         call,
     )
+    reserved = await call(db.load_reservations, name)
     chunks = await call(db.load_chunks, name)
     producers = await call(db.load_producer_states, name)
     log_starts = await call(db.load_log_starts, name)
@@ -120,6 +121,9 @@ async def _adopt(
     segment = stream.new_log(segment_id, uploaded_end=record.uploaded_end, existing_bases=bases)
     stream.add_segment(segment_id, segment, time.monotonic())
     indexes = range(record.first_partition, record.last_partition + 1)
+    for index in indexes:  # the dead owner raised them: go on from its marks
+        if index in reserved:
+            stream.reserved_marks[index] = max(stream.reserved_marks.get(index, 0), reserved[index])
     for index in indexes:
         partition = load_partition(stream, index, chunks, producers, log_starts.get(index, 0))
         partition.compacted_end = max(partition.compacted_end, compacted.get(index, 0))
@@ -133,5 +137,19 @@ async def _adopt(
         tier2_end = slices[-1].last_offset + 1 if slices else 0
         partition.next_offset = max(partition.next_offset, tier2_end, partition.log_start_offset)
         partition.high_watermark = partition.next_offset
+    # recorded in the objects but not yet acknowledged past the mark: raise it first
+    above = {
+        i: stream.partition(i).next_offset
+        for i in indexes
+        if stream.partition(i).next_offset > stream.reserved_marks.get(i, 0)
+    }
+    if above:
+        await call(db.raise_reservations, name, above)
+        stream.reserved_marks.update(above)
+    for index in indexes:
+        partition = stream.partition(index)
+        partition.reserved = max(partition.reserved, stream.reserved_marks.get(index, 0))
+        if partition.next_offset > partition.reserve_at:
+            stream.request_reservation(partition)
     stream.spawn_flusher(segment)
     CLUSTER.set_segment_owner(name, segment_id, CLUSTER.node_id)

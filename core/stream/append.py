@@ -174,6 +174,8 @@ def start_append(
         first_offset = base_offset if first_offset is None else first_offset
         wait_for_offset = end
     assert first_offset is not None
+    if partition.next_offset > partition.reserve_at:  # past half of the reserved block
+        stream.request_reservation(partition)
     if acks == 0:
         return AppendResult(ErrorCode.NONE, first_offset, partition.log_start_offset)
     return PendingProduce(partition, first_offset, wait_for_offset, ticket)
@@ -182,10 +184,40 @@ def start_append(
 def on_durable(appended: list[LogAppend]) -> None:
     """A segment log fsync'd these appends: advance high watermarks, wake the producers."""
     for pending in appended:
-        partition, _base, end, ticket = cast(AppendToken, pending.token)
-        partition.advance_high_watermark(end)
-        if ticket is not None:
-            ticket.event.set()
+        token = cast(AppendToken, pending.token)
+        partition = token.partition
+        if token.end_offset > partition.reserved:  # not reserved yet: wait for the raise
+            if partition.deferred is None:
+                partition.deferred = []
+            partition.deferred.append(token)
+            continue
+        partition.advance_high_watermark(token.end_offset)
+        if token.ticket is not None:
+            token.ticket.event.set()
+
+
+def release_deferred(partition: Partition) -> None:
+    """The partition's reservation was raised: acknowledge and show the durable appends
+    that now lie below it (in offset order; the rest wait for the next raise)."""
+    waiting = partition.deferred or []
+    kept: list[AppendToken] = []
+    for token in waiting:
+        if kept or token.end_offset > partition.reserved:
+            kept.append(token)
+            continue
+        partition.advance_high_watermark(token.end_offset)
+        if token.ticket is not None:
+            token.ticket.event.set()
+    partition.deferred = kept or None
+
+
+def fail_deferred(partition: Partition) -> None:
+    """The topic is gone: end the appends still waiting for a reservation."""
+    waiting, partition.deferred = partition.deferred or [], None
+    for token in waiting:
+        if token.ticket is not None:
+            token.ticket.error = ErrorCode.KAFKA_STORAGE_ERROR
+            token.ticket.event.set()
 
 
 def on_failed(stream_name: str, failed: list[LogAppend], exc: Exception) -> None:

@@ -198,7 +198,9 @@ async def _refresh(stream: Stream, db: PostgresMetadataStore, call: Call) -> Non
     ]
     partitions = {p for r in taken for p in range(r.first_partition, r.last_partition + 1)}
     chunks, producers, log_starts, aborted, compacted = [], [], {}, [], {}
+    reserved: dict[int, int] = {}
     if partitions:
+        reserved = await call(db.load_reservations, name)
         chunks = await call(db.load_chunks, name)
         producers = await call(db.load_producer_states, name)
         log_starts = await call(db.load_log_starts, name)
@@ -229,9 +231,14 @@ async def _refresh(stream: Stream, db: PostgresMetadataStore, call: Call) -> Non
         if not record.sealed:
             ownership.add(record.first_partition, record.last_partition, record.segment_id)
     stream.ownership = ownership
+    for index in partitions:  # the previous owner raised them: start from its marks
+        if index in reserved:
+            stream.reserved_marks[index] = max(stream.reserved_marks.get(index, 0), reserved[index])
     for index in sorted(partitions):
         partition = load_partition(stream, index, chunks, producers, log_starts.get(index, 0))
         partition.compacted_end = max(partition.compacted_end, compacted.get(index, 0))
+        if partition.next_offset > partition.reserve_at:
+            stream.request_reservation(partition)
         for a in aborted:
             if a.partition == index:
                 partition.restore_aborted(a.producer_id, a.first_offset, a.last_offset)
@@ -265,4 +272,5 @@ def load_partition(
             partition.restore_producer(saved.producer_id, saved.epoch, saved.batches)
     partition.next_offset = max(partition.next_offset, log_start)
     partition.high_watermark = partition.next_offset
+    partition.forget_producers_below(log_start)
     return partition

@@ -19,6 +19,7 @@ from ..metadata import ChunkRecord, ChunkSlice, MetadataStore, ProducerSnapshot,
 from ..partition import Partition
 from ..segments.log import SegmentLog, Tier1Usage, WalSink
 from . import append, ownership, reads, recovery, tier_index, timestamps
+from .reservations import Reservations, initial_reserve_at
 from .stats import SegmentStats
 
 
@@ -54,10 +55,13 @@ class Stream:
         metadata: MetadataStore | None = None,
         spawn_flusher: Callable[[SegmentLog], None] | None = None,
         tier: TierLink | None = None,
+        reservations: Reservations | None = None,
         wal: WalLink | None = None,
     ) -> None:
         """`metadata` and `spawn_flusher` (starts a log's flusher task) are needed by
-        `scale`; `tier` (rolling, uploads, tier-2 reads) by everything beyond tier 1."""
+        `scale`; `tier` (rolling, uploads, tier-2 reads) by everything beyond tier 1;
+        `reservations` (with `metadata`) reserves offsets before they are acknowledged
+        (core/stream/reservations.py; without it offsets are not reserved)."""
         self.record = record
         self.directory = directory
         self.metadata = metadata
@@ -73,6 +77,10 @@ class Stream:
         self.ownership = ownership.Ownership()
         self.scale_events = {"split": 0, "merge": 0}
         self.deleted = False
+        self.reservations = reservations if metadata is not None else None
+        # partition -> its offset reservation in the metadata store, as last loaded or
+        # raised here (a partition object created later starts from it)
+        self.reserved_marks: dict[int, int] = {}
 
     @property
     def name(self) -> str:
@@ -123,14 +131,26 @@ class Stream:
         """The partition object, created on first use: idle partitions cost nothing."""
         partition = self._partitions.get(index)
         if partition is None:
-            partition = self._partitions[index] = Partition(index)
+            partition = self._partitions[index] = self._new_partition(index)
         return partition
 
     def reset_partition(self, index: int) -> Partition:
         """A fresh, empty partition object (a node taking over a partition from another
         reloads it from the database: core/stream/handover.py)."""
-        partition = self._partitions[index] = Partition(index)
+        partition = self._partitions[index] = self._new_partition(index)
         return partition
+
+    def _new_partition(self, index: int) -> Partition:
+        partition = Partition(index)
+        if self.reservations is not None:
+            partition.reserved = self.reserved_marks.get(index, 0)
+            partition.reserve_at = initial_reserve_at(partition.reserved)
+        return partition
+
+    def request_reservation(self, partition: Partition) -> None:
+        """An append passed the middle of the partition's reserved block: ask for more."""
+        if self.reservations is not None:
+            self.reservations.request(self, partition)
 
     def loaded_partition(self, index: int) -> Partition | None:
         """The partition object if it exists in memory (no creation)."""
@@ -237,4 +257,5 @@ class Stream:
             self.usage.pending -= segment.unuploaded_bytes
             segment.close()
         for partition in self._partitions.values():
+            append.fail_deferred(partition)
             partition.wake_waiters()

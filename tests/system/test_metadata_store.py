@@ -477,7 +477,7 @@ def test_an_old_postgres_database_opens_unchanged(
     postgres: Any,  # noqa: F811
 ) -> None:
     """A database made by the PostgreSQL steps before the shared layer (copied verbatim)
-    has today's schema version and schema: nothing runs, data stays, columns match."""
+    takes only the steps added since (offset reservations): data stays, columns match."""
     import psycopg
 
     with psycopg.connect(pg_url, autocommit=True) as conn:
@@ -525,7 +525,7 @@ def test_a_version_2_postgres_database_is_migrated(pg_url: str) -> None:  # noqa
     with psycopg.connect(pg_url, autocommit=True) as conn:  # back to the nodes branch schema
         conn.execute(
             "DROP TABLE transactions, aborted_txns, acls, client_quotas, compaction_state, "
-            "scram_credentials, open_txns, broker_configs"
+            "scram_credentials, open_txns, broker_configs, offset_reservations"
         )
         conn.execute("DELETE FROM schema_version WHERE version > 2")
     db = PostgresMetadataStore(pg_url)
