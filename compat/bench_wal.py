@@ -221,8 +221,8 @@ def measure_takeover(args: argparse.Namespace, base: Path) -> dict[str, Any]:
         acks = _Acks(bootstraps, "takeover")
         time.sleep(3.0)
         for cycle in range(args.kills):
-            node = rng.choice([1, 2, 3])
             meta = admin.list_topics("takeover", timeout=10).topics["takeover"].partitions
+            node = rng.choice(sorted({m.leader for m in meta.values()}))  # one that leads
             theirs = [p for p, m in meta.items() if m.leader == node]
             pid = cluster.node_pid(node)
             killed = time.monotonic()
