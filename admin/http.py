@@ -38,6 +38,7 @@ from core.scaling.plan import ScaleError
 from core.scaling.policy import ScalingPolicy
 from core.segments.commit_times import COMMIT_TIMES
 from core.store import StreamStore
+from core.wal.writer import WalStats
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +139,19 @@ def describe_tier(store: StreamStore) -> dict[str, Any]:
         "tier2_upload_lag_p99_seconds": None if math.isnan(p99) else round(p99, 4),
         "outage": tier.outage_since is not None,
         **asdict(tier.stats),
+        "wal": "local" if store.wal is None else "object",
+        **({} if store.wal is None else _wal_stats(store.wal.stats)),
+    }
+
+
+def _wal_stats(stats: WalStats) -> dict[str, Any]:
+    """--wal object: objects written and folded, time in PUTs and in metadata commits."""
+    return {
+        "wal_objects": stats.objects,
+        "wal_bytes": stats.bytes,
+        "wal_put_seconds": round(stats.put_seconds, 4),
+        "wal_commit_seconds": round(stats.commit_seconds, 4),
+        "wal_objects_folded": stats.folded,
     }
 
 

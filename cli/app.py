@@ -26,6 +26,7 @@ from core.metadata import SQLiteCredentialStore
 from core.store import StoreSettings, StreamStore
 from core.tiering import TierSettings
 from core.txn import TransactionCoordinator
+from core.wal.writer import WalSettings
 from gateway.handlers.context import GatewayContext
 from gateway.security.listeners import Listener, ListenerSetup
 from gateway.security.sasl import ALL_MECHANISMS
@@ -70,6 +71,8 @@ class Settings:
     node_id: int = 1
     node_lease_s: float = 3.0
     multi_node: bool = False  # several active nodes (experimental; docs/several-nodes.md)
+    wal: str = "local"  # or "object": the write-ahead log in object storage (core/wal)
+    wal_settings: WalSettings = field(default_factory=WalSettings)
 
 
 async def serve(settings: Settings) -> None:
@@ -86,11 +89,15 @@ async def serve(settings: Settings) -> None:
             compaction=settings.compaction,
             metadata_url=settings.metadata_url,
             node_id=settings.node_id if settings.metadata_url else None,
+            wal=settings.wal,
+            wal_settings=settings.wal_settings,
         )
     )
+    if settings.wal == "object":
+        await _require_tier2(settings)
     async with trio.open_nursery() as root:
-        if (settings.tier2_url or "").startswith("s3://"):  # a folder: checked before (cli.serve)
-            root.start_soon(_check_tier2, settings, store)
+        if (settings.tier2_url or "").startswith("s3://") and settings.wal != "object":
+            root.start_soon(_check_tier2, settings, store)  # a folder: checked in cli.serve
         membership = None
         if settings.metadata_url:
             membership = await _start_node(settings, store, root)
@@ -143,6 +150,22 @@ async def serve(settings: Settings) -> None:
             credentials.backend.close()
 
 
+async def _require_tier2(settings: Settings) -> None:
+    """`--wal object` acknowledges nothing without its object store: refuse to start, with
+    one line, when it does not work."""
+    from core.segments.tier2_health import check_tier2
+
+    try:
+        check = await check_tier2(settings.tier2_url, settings.data_dir, settings.s3_endpoint)
+    except ValueError as exc:
+        raise SystemExit(f"streamgate serve: --tier2: {exc}") from None
+    if not check.ok:
+        raise SystemExit(
+            f"streamgate serve: {check.line()}; --wal object cannot acknowledge anything without it"
+        )
+    log.info("%s", check.line())
+
+
 async def _check_tier2(settings: Settings, store: StreamStore) -> None:
     """Probe tier 2 once at start, beside the store opening: one line if it does not work.
     Acknowledgements come from tier 1, so the server serves either way; uploads retry until
@@ -181,6 +204,7 @@ async def _start_node(settings: Settings, store: StreamStore, root: trio.Nursery
         ),
     )
     await membership.register()
+    store.settings.wal_incarnation = membership.incarnation
     lease_scope, sync_scope = trio.CancelScope(), trio.CancelScope()
 
     async def renew() -> None:

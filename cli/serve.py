@@ -14,6 +14,12 @@ from cli.app import Settings, serve
 from core import interpreter_tuning
 from core.compaction import CompactionSettings
 from core.tiering import TierSettings
+from core.wal.writer import (
+    DEFAULT_FLUSH_BYTES,
+    DEFAULT_FLUSH_MS_FOLDER,
+    DEFAULT_FLUSH_MS_S3,
+    WalSettings,
+)
 from gateway.security.listeners import (
     Listener,
     ListenerError,
@@ -135,6 +141,29 @@ def register(commands: argparse._SubParsersAction) -> None:
         "--s3-endpoint",
         default=_env("S3_ENDPOINT"),
         help="S3 endpoint URL for MinIO, moto and the like (STREAMGATE_S3_ENDPOINT)",
+    )
+    serve_cmd.add_argument(
+        "--wal",
+        choices=["local", "object"],
+        default=_env("WAL", "local"),
+        help="the write-ahead log an acknowledgement waits for: local (fsync'd files on this "
+        "node's disk) or object (objects in the tier-2 store, recorded in the metadata store: "
+        "survives the loss of the node and its disk) (STREAMGATE_WAL, default local)",
+    )
+    serve_cmd.add_argument(
+        "--wal-flush-ms",
+        type=float,
+        default=float(_env("WAL_FLUSH_MS") or 0) or None,
+        help="--wal object: under load, start a write-ahead object at most every this many ms "
+        f"(STREAMGATE_WAL_FLUSH_MS; default {DEFAULT_FLUSH_MS_S3:g} on S3, where each PUT "
+        f"is billed, {DEFAULT_FLUSH_MS_FOLDER:g} on a folder)",
+    )
+    serve_cmd.add_argument(
+        "--wal-flush-bytes",
+        type=int,
+        default=int(_env("WAL_FLUSH_BYTES", str(DEFAULT_FLUSH_BYTES)) or DEFAULT_FLUSH_BYTES),
+        help="--wal object: ...or as soon as this many bytes wait "
+        "(STREAMGATE_WAL_FLUSH_BYTES, default 4 MiB)",
     )
     serve_cmd.add_argument(
         "--chunk-bytes",
@@ -381,6 +410,8 @@ def run(args: argparse.Namespace) -> int:
         ),
         acl=acl_flags.settings_from(args),
         compaction=CompactionSettings(interval_s=args.compaction_interval_ms / 1000),
+        wal=args.wal,
+        wal_settings=WalSettings(args.wal_flush_ms, args.wal_flush_bytes),
     )
     if args.metadata and not args.metadata.startswith(("postgresql://", "postgres://")):
         raise SystemExit(f"--metadata must be a postgresql:// URL, got {args.metadata!r}")
@@ -392,7 +423,8 @@ def run(args: argparse.Namespace) -> int:
     settings.multi_node = bool(args.metadata) if args.multi_node is None else args.multi_node
     _check_placement()
     os.makedirs(settings.data_dir, exist_ok=True)
-    _check_tier2_folder(settings.tier2_url, settings.data_dir)
+    if settings.wal != "object":  # which checks it before it starts (cli/app.py)
+        _check_tier2_folder(settings.tier2_url, settings.data_dir)
     interpreter_tuning.tune()  # GC thresholds, GIL switch interval: see the module
     try:
         trio.run(serve, settings)

@@ -40,11 +40,14 @@ from .stream import Stream, reads
 from .stream.handover import MoveTimings, hand_over
 from .stream.reservations import Reservations
 from .tiering import TierManager, TierSettings
+from .wal.restore import restore_tails
+from .wal.writer import WalSettings, WalWriter
 
 log = logging.getLogger(__name__)
 
 MAX_PARTITIONS_PER_TOPIC = 100_000
 PLACEMENTS = ("least-loaded", "creator")
+WAL_KINDS = ("local", "object")
 
 
 @dataclass(slots=True)
@@ -58,6 +61,11 @@ class StoreSettings:
     s3_endpoint: str | None = None
     tier: TierSettings = field(default_factory=TierSettings)
     compaction: CompactionSettings = field(default_factory=CompactionSettings)
+    # the write-ahead log: "local" (fsync'd files) or "object" (core/wal); several nodes set
+    # the incarnation their lease was taken in (the write-ahead commits are fenced on it)
+    wal: str = "local"
+    wal_settings: WalSettings = field(default_factory=WalSettings)
+    wal_incarnation: int = 0
     # None: SQLite in the data dir; postgresql://...: shared metadata (docs/several-nodes.md)
     metadata_url: str | None = None
     node_id: int | None = None  # with metadata_url: this node (owner of what it creates)
@@ -81,6 +89,7 @@ class StreamStore:
         self._worker: MetadataWorker | None = None
         self.reservations: Reservations | None = None
         self.compactor: Compactor | None = None
+        self.wal: WalWriter | None = None
         self._nursery: trio.Nursery | None = None
         self._stopping = trio.Event()
         self.cluster_id = ""
@@ -107,6 +116,10 @@ class StreamStore:
         """Open and recover the store, then keep segment flushers, uploads and retention
         running until `stop`."""
         os.makedirs(self._streams_dir, exist_ok=True)
+        if self.settings.wal not in WAL_KINDS:
+            raise ValueError(
+                f"wal must be one of {', '.join(WAL_KINDS)}, got {self.settings.wal!r}"
+            )
         if self.settings.placement not in PLACEMENTS:
             raise ValueError(
                 f"placement must be one of {', '.join(PLACEMENTS)}, got {self.settings.placement!r}"
@@ -146,7 +159,34 @@ class StreamStore:
                 nursery.start_soon(
                     _run_cancellable, reservations_scope, reservations_done, self.reservations.run
                 )
-                for record in metadata.load_topics():
+                topics = metadata.load_topics()
+                wal_scope = trio.CancelScope()
+                wal_done = trio.Event()
+                if self.settings.wal == "object":
+                    self.wal = WalWriter(
+                        self.object_store,
+                        metadata,
+                        self._worker.call,
+                        self.settings.node_id or 1,
+                        self.settings.wal_settings,
+                    )
+                    self.wal.incarnation = self.settings.wal_incarnation
+                    if self.settings.node_id is not None:
+                        self._tier.key_writer = (
+                            f".n{self.settings.node_id}i{self.settings.wal_incarnation}"
+                        )
+                    await restore_tails(
+                        metadata,
+                        self.object_store,
+                        self._streams_dir,
+                        topics,
+                        self.settings.node_id,
+                        self._worker.call,
+                    )
+                    nursery.start_soon(_run_cancellable, wal_scope, wal_done, self.wal.run)
+                else:
+                    wal_done.set()
+                for record in topics:
                     self._open_stream(record)
                 self._remove_orphan_directories()
                 compaction_scope = trio.CancelScope()
@@ -164,6 +204,8 @@ class StreamStore:
                 await self._stopping.wait()
                 compaction_scope.cancel()
                 await compaction_done.wait()
+                wal_scope.cancel()  # what it has not recorded was never acknowledged
+                await wal_done.wait()
                 reservations_scope.cancel()
                 tier_scope.cancel()  # uploads in flight are redone after the next start
                 await tier_done.wait()  # no upload thread may still read a file we close
@@ -230,6 +272,7 @@ class StreamStore:
             lambda segment: nursery.start_soon(_run_flusher, segment),
             self.tier,
             self.reservations,
+            self.wal,
         )
         for segment in stream.open_segments():
             nursery.start_soon(_run_flusher, segment)

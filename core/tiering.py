@@ -125,6 +125,8 @@ class TierManager:
         self._streams: dict[str, Stream] = {}
         self.usage = Tier1Usage(settings.tier1_budget_bytes)
         self.stats = TierStats()
+        # several nodes on object-storage WAL: ".n<node>i<incarnation>" in chunk keys
+        self.key_writer = ""
         self.cache = SliceCache(settings.cache_bytes)
         self._loading: dict[tuple[str, int, int], _Loading] = {}
         self._wake = trio.Event()
@@ -217,7 +219,7 @@ class TierManager:
     async def _upload_file(self, stream: Stream, segment: SegmentLog, f: LogFile) -> None:
         data = await trio.to_thread.run_sync(segment.read_file, f)
         built = await trio.to_thread.run_sync(build_chunk, data, f.base)
-        key = chunk_key(stream.record.topic_id.hex, segment.segment_id, f.base)
+        key = chunk_key(stream.record.topic_id.hex, segment.segment_id, f.base, self.key_writer)
         await self._put_with_backoff(stream, key, built.parts)
         if stream.deleted:
             return

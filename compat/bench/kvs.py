@@ -34,7 +34,7 @@ from typing import Any
 from confluent_kafka import Producer
 
 from compat.bench.output import result_document, write_all
-from compat.bench.workloads import TARGETS, Workload, records_of
+from compat.bench.workloads import STREAMGATE_VARIANTS, TARGETS, Workload, records_of
 from compat.benchlib.display import Display, print_table, rate_poll
 from compat.benchlib.records import latency_ms, make_payloads
 from compat.benchlib.report import code_state, environment, log_problems
@@ -49,6 +49,7 @@ from harness.kafka import (
     run_tool,
     unavailable_reason,
 )
+from harness.moto import MotoServer
 from harness.nodes_cluster import NodesCluster
 from harness.process import ManagedProcess
 from harness.procstats import CpuMeter, proc_cpu_seconds, proc_status_kib
@@ -61,6 +62,15 @@ TARGET_LABELS = {
     "kafka-flush1": "kafka\nflush=1",
     "streamgate": "streamgate",
     "streamgate-2n": "streamgate\n2 nodes",
+    "streamgate-wal-object": "streamgate\nwal object",
+    "streamgate-wal-s3": "streamgate\nwal S3",
+}
+# the ratio columns: each streamgate target shown, against Kafka
+RATIO_LABELS = {
+    "streamgate": "streamgate",
+    "streamgate-2n": "2 nodes",
+    "streamgate-wal-object": "wal object",
+    "streamgate-wal-s3": "wal S3",
 }
 STALL_S = 60.0
 # Kafka's harness starts groups at once (group.initial.rebalance.delay.ms=0): so does this one
@@ -561,9 +571,8 @@ def table(
     results: dict[str, dict[str, list[Report]]], rows_shown: list[Row]
 ) -> tuple[list[str], list[list[str]]]:
     shown = [t for t in TARGETS if any(t in by for by in results.values())]
-    headers = ["workload", *shown, "streamgate / kafka"]
-    if "streamgate-2n" in shown:
-        headers.append("2 nodes / kafka")
+    ours = [t for t in RATIO_LABELS if t in shown or t == "streamgate"]
+    headers = ["workload", *shown, *(f"{RATIO_LABELS[t]} / kafka" for t in ours)]
     rows = []
     for label, workload, path, fmt, higher in rows_shown:
         if workload not in results:
@@ -573,8 +582,8 @@ def table(
             value = median_of(results, target, workload, path)
             cells.append("-" if value is None else format(value, fmt))
         kf = median_of(results, "kafka", workload, path)
-        for ours in ("streamgate", "streamgate-2n")[: len(headers) - len(shown) - 1]:
-            sg = median_of(results, ours, workload, path)
+        for target in ours:
+            sg = median_of(results, target, workload, path)
             ratio = "-"
             if sg and kf and higher is not None:
                 # ratio as "how many times better" so >= 1.00 always meets the goal
@@ -627,6 +636,8 @@ def plot(results: dict[str, dict[str, list[Report]]], rows_shown: list[Row], pat
         "kafka-flush1": "#8172b2",
         "streamgate": "#dd8452",
         "streamgate-2n": "#c44e52",
+        "streamgate-wal-object": "#55a868",
+        "streamgate-wal-s3": "#937860",
     }
     targets = [t for t in TARGETS if any(t in by for by in results.values())]
     for ax, (label, workload, fig_path, _fmt, higher) in zip(axes.flat, shown, strict=False):
@@ -688,11 +699,15 @@ def targets_for(w: Workload, o: Options) -> list[str]:
         return [t for t in TARGETS if t in w.targets]
     if o.any_target:
         return list(o.targets)
-    allowed = set(w.targets) | ({"streamgate-2n"} if "streamgate" in w.targets else set())
+    allowed = set(w.targets) | (set(STREAMGATE_VARIANTS) if "streamgate" in w.targets else set())
     return [t for t in o.targets if t in allowed]
 
 
-def start_targets(workloads: list[Workload], o: Options, work: Path) -> dict[str, Target]:
+def start_targets(
+    workloads: list[Workload], o: Options, work: Path, extra: list[ManagedProcess]
+) -> dict[str, Target]:
+    """Start every target the workloads need; what they need besides (a moto S3 server)
+    goes into `extra`, for the caller to stop."""
     needed = {t for w in workloads for t in targets_for(w, o)}
     started: dict[str, Target] = {}
     if needed & {"kafka", "kafka-flush1"}:
@@ -709,6 +724,23 @@ def start_targets(workloads: list[Workload], o: Options, work: Path) -> dict[str
                 work / "gateway.log",
                 [*GATEWAY_ARGS, *o.gateway_args],
                 default_partitions=8,
+            )
+            server.start_fresh()
+        elif name in ("streamgate-wal-object", "streamgate-wal-s3"):
+            wal_args = ["--wal", "object"]
+            env: dict[str, str] = {}
+            if name == "streamgate-wal-s3":
+                moto = MotoServer(work / "moto")
+                moto.start()
+                extra.append(moto)
+                wal_args += ["--tier2", "s3://bench/wal", "--s3-endpoint", moto.endpoint]
+                env = moto.env()
+            server = Gateway(
+                work / name,
+                work / f"{name}.log",
+                [*GATEWAY_ARGS, *wal_args, *o.gateway_args],
+                default_partitions=8,
+                env=env,
             )
             server.start_fresh()
         elif name == "streamgate-2n":
@@ -836,9 +868,10 @@ def run_workloads(workloads: list[Workload], o: Options) -> int:
     work = Path(tempfile.mkdtemp(prefix="streamgate-vs-kafka-"))
     display = Display(o.progress)
     started: dict[str, Target] = {}
+    extra: list[ManagedProcess] = []
     results: Results = {}
     try:
-        started = start_targets(workloads, o, work)
+        started = start_targets(workloads, o, work, extra)
         code = code_state()
         # taken once, before this run's own result files make the tree dirty
         o.provenance = o.provenance or provenance()
@@ -851,6 +884,8 @@ def run_workloads(workloads: list[Workload], o: Options) -> int:
         display.close()
         for t in started.values():
             t.server.close()
+        for process in extra:
+            process.close()
         if not o.keep_data:
             shutil.rmtree(work, ignore_errors=True)
     headers, rows = table(results, rows_for({w.name: w.driver for w in workloads}))

@@ -140,6 +140,14 @@ SCENARIOS: dict[str, Scenario] = {
             ("paced p99 ms", "paced/latency/p99_ms", ",.0f"),
         ),
     ),
+    "wal": Scenario(
+        "compat.bench_wal",
+        "--wal object: write-ahead objects per second, takeover time over kill cycles",
+        (
+            ("takeover p50 s", "takeover/seconds_p50", ".2f"),
+            ("takeover p99 s", "takeover/seconds_p99", ".2f"),
+        ),
+    ),
     "spark": Scenario(
         "compat.bench_spark",
         "Spark pipeline throughput and replay from tier 2",

@@ -27,7 +27,16 @@ DRIVERS = (
     "many-raw",
 )
 MEASURES = ("throughput", "latency", "time")
-TARGETS = ("kafka", "kafka-flush1", "streamgate", "streamgate-2n")
+TARGETS = (
+    "kafka",
+    "kafka-flush1",
+    "streamgate",
+    "streamgate-2n",
+    "streamgate-wal-object",  # --wal object on the tier-2 folder
+    "streamgate-wal-s3",  # --wal object on a moto S3 server the bench starts
+)
+# streamgate's variants: each runs where a workload names streamgate
+STREAMGATE_VARIANTS = ("streamgate-2n", "streamgate-wal-object", "streamgate-wal-s3")
 
 
 @dataclass(frozen=True, slots=True)

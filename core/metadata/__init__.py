@@ -33,6 +33,8 @@ from .records import (
     TxnPartition,
     TxnRecord,
     UserCredential,
+    WalFenced,
+    WalRange,
 )
 from .schema import SCHEMA_VERSION
 from .shared import SqlMetadataStore
@@ -67,5 +69,7 @@ __all__ = [
     "PendingTxnOffset",
     "TxnPartition",
     "TxnRecord",
+    "WalFenced",
+    "WalRange",
     "UserCredential",
 ]

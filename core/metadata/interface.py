@@ -3,6 +3,7 @@ and transaction coordinators and the ACL/quota/config layers need of it."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from ..acl.model import AclBinding
@@ -18,6 +19,7 @@ from .records import (
     SegmentRecord,
     TopicRecord,
     TxnRecord,
+    WalRange,
 )
 
 
@@ -33,6 +35,14 @@ class MetadataStore(Protocol):
         self, name: str, seal: list[int], successors: list[SegmentRecord]
     ) -> None: ...
     def next_counter(self, name: str) -> int: ...
+    # write-ahead objects (core/wal)
+    def commit_wal_object(
+        self, key: str, node_id: int, size: int, ranges: Sequence[WalRange], incarnation: int
+    ) -> None: ...
+    def wal_ranges(self, name: str, segment_id: int, from_position: int) -> list[WalRange]: ...
+    def folded_wal_objects(self, limit: int = 1000) -> list[str]: ...
+    def wal_object_keys(self, node_id: int) -> list[str]: ...
+    def forget_wal_objects(self, keys: Sequence[str]) -> None: ...
     # tier 2
     def load_chunks(self, name: str) -> list[ChunkRecord]: ...
     def commit_chunk(

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import psycopg
@@ -29,6 +29,7 @@ from .records import (
     SegmentOwner,
     SegmentRecord,
     TopicRecord,
+    WalRange,
 )
 from .shared import SqlMetadataStore, insert_segments
 
@@ -221,6 +222,68 @@ class PostgresMetadataStore(SqlMetadataStore):
                 "WHERE n.lease_expires > now() GROUP BY n.node_id"
             )
         return {int(node): int(count) for node, count in rows}
+
+    def _wal_fenced(
+        self, db: Handle, node_id: int, incarnation: int, ranges: Sequence[WalRange]
+    ) -> bool:
+        """A write-ahead object commits only while its node holds its lease in this
+        incarnation and owns every segment written (rows locked: a takeover in flight waits
+        for this commit or makes it fail)."""
+        row = db.one(
+            "SELECT 1 FROM nodes WHERE node_id = ? AND incarnation = ? "
+            "AND lease_expires > now() FOR UPDATE",
+            (node_id, incarnation),
+        )
+        if row is None:
+            return True
+        for topic, segment_id in sorted({(r.topic, r.segment_id) for r in ranges}):
+            owner = db.one(
+                "SELECT owner_node FROM segments WHERE topic = ? AND segment_id = ? FOR UPDATE",
+                (topic, segment_id),
+            )
+            if owner is not None and owner[0] is not None and owner[0] != node_id:
+                return True
+        return False
+
+    def orphaned_segments(self) -> list[OpenSegment]:
+        """Open segments whose owner node's lease has expired (a dead or frozen node)."""
+        with self.engine.read() as db:
+            rows = db.all(
+                "SELECT s.topic, s.segment_id, s.first_partition, s.last_partition, "
+                "s.owner_node FROM segments s JOIN nodes n ON n.node_id = s.owner_node "
+                "WHERE NOT s.sealed AND n.lease_expires <= now()"
+            )
+        return [OpenSegment(str(t), int(s), int(f), int(la), int(o)) for t, s, f, la, o in rows]
+
+    def take_over_segment(self, name: str, segment_id: int, from_node: int, to_node: int) -> bool:
+        """Make `to_node` the owner of a dead node's open segment: a compare-and-set on the
+        owner, under the dead node's row lock and only once its lease has expired, so that
+        none of its write-ahead commits (which hold that lock and need a live lease) can
+        land after this. False when refused (the node is back, or another took it)."""
+        with self.engine.transaction() as db:
+            dead = db.one(
+                "SELECT 1 FROM nodes WHERE node_id = ? AND lease_expires <= now() FOR UPDATE",
+                (from_node,),
+            )
+            if dead is None:
+                return False
+            cursor = db.execute(
+                "UPDATE segments SET owner_node = ?, owner_epoch = owner_epoch + 1 "
+                "WHERE topic = ? AND segment_id = ? AND owner_node = ? AND NOT sealed",
+                (to_node, name, segment_id, from_node),
+            )
+            return cursor.rowcount == 1
+
+    def _chunk_fenced(self, db: Handle, name: str, segment_id: int) -> bool:
+        """A chunk commits only from the segment's owner: a node whose segment was taken
+        over must not record chunks cut from its stale local log."""
+        if self.node_id is None:
+            return False
+        row = db.one(
+            "SELECT owner_node FROM segments WHERE topic = ? AND segment_id = ?",
+            (name, segment_id),
+        )
+        return row is not None and row[0] is not None and row[0] != self.node_id
 
     def open_segments(self) -> list[OpenSegment]:
         """Every open segment that has an owner."""

@@ -226,3 +226,21 @@ class CredentialInfo(NamedTuple):
 
     mechanism: str
     iterations: int
+
+
+class WalRange(NamedTuple):
+    """Log positions [start, end) of one segment, stored at `object_offset` in a
+    write-ahead object (core/wal)."""
+
+    topic: str
+    topic_id: uuid.UUID
+    segment_id: int
+    start_position: int
+    end_position: int
+    object_offset: int
+    object_key: str = ""  # set when read back from the store
+
+
+class WalFenced(Exception):
+    """A write-ahead object's commit was refused: this node no longer owns a segment in
+    it (another node took it over) or its lease is gone. Nothing in it is acknowledged."""

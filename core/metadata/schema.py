@@ -247,6 +247,29 @@ MIGRATIONS: list[list[Step]] = [
         )
         """),
     ],
+    # 7: write-ahead objects in object storage (core/wal): one row per object, one per
+    # segment range in it; an object goes once every range is below its segment's
+    # uploaded end
+    [
+        Ddl("""
+        CREATE TABLE IF NOT EXISTS wal_objects (
+            object_key TEXT PRIMARY KEY,
+            node_id INTEGER NOT NULL,
+            size {BIGINT} NOT NULL,
+            created_ms {BIGINT} NOT NULL
+        );
+        CREATE TABLE IF NOT EXISTS wal_ranges (
+            object_key TEXT NOT NULL REFERENCES wal_objects(object_key) ON DELETE CASCADE,
+            topic TEXT NOT NULL,
+            topic_id TEXT NOT NULL,
+            segment_id INTEGER NOT NULL,
+            start_position {BIGINT} NOT NULL,
+            end_position {BIGINT} NOT NULL,
+            object_offset {BIGINT} NOT NULL,
+            PRIMARY KEY (topic, segment_id, start_position)
+        )
+        """),
+    ],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -33,6 +33,8 @@ from .records import (
     TopicRecord,
     TxnPartition,
     TxnRecord,
+    WalFenced,
+    WalRange,
 )
 from .schema import migrate, schema_version
 
@@ -214,6 +216,8 @@ class SqlMetadataStore:
         KeyError if the topic or segment is gone."""
         chunk.created_ms = chunk.created_ms or int(time.time() * 1000)
         with self.engine.transaction() as db:
+            if self._chunk_fenced(db, name, chunk.segment_id):
+                raise KeyError(f"{name} segment {chunk.segment_id} is another node's now")
             cursor = db.execute(
                 "UPDATE segments SET uploaded_end = {greatest}(uploaded_end, ?) "
                 "WHERE topic = ? AND segment_id = ?",
@@ -273,6 +277,86 @@ class SqlMetadataStore:
                 "SELECT partition, compacted_end FROM compaction_state WHERE topic = ?", (name,)
             )
         return {int(p): int(end) for p, end in rows}
+
+    # --- write-ahead objects (core/wal) ------------------------------------------------
+
+    def commit_wal_object(
+        self, key: str, node_id: int, size: int, ranges: Sequence[WalRange], incarnation: int
+    ) -> None:
+        """Record a written write-ahead object and its ranges in one transaction; from then
+        on its appends count as durable. WalFenced (nothing recorded) if this node may no
+        longer write its segments (several nodes: `_wal_fenced`)."""
+        with self.engine.transaction() as db:
+            if self._wal_fenced(db, node_id, incarnation, ranges):
+                raise WalFenced(f"node {node_id} incarnation {incarnation} was fenced")
+            db.execute(
+                "INSERT INTO wal_objects VALUES (?, ?, ?, ?)",
+                (key, node_id, size, int(time.time() * 1000)),
+            )
+            db.executemany(
+                "INSERT INTO wal_ranges VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        key,
+                        r.topic,
+                        str(r.topic_id),
+                        r.segment_id,
+                        r.start_position,
+                        r.end_position,
+                        r.object_offset,
+                    )
+                    for r in ranges
+                ],
+            )
+
+    def _chunk_fenced(self, db: Handle, name: str, segment_id: int) -> bool:
+        """One node owns everything: never (postgres.py checks the owner)."""
+        return False
+
+    def _wal_fenced(
+        self, db: Handle, node_id: int, incarnation: int, ranges: Sequence[WalRange]
+    ) -> bool:
+        """One node owns everything: never fenced (postgres.py checks owners and leases)."""
+        return False
+
+    def wal_ranges(self, name: str, segment_id: int, from_position: int) -> list[WalRange]:
+        """The write-ahead ranges of a segment ending after `from_position`, in log order."""
+        with self.engine.read() as db:
+            rows = db.all(
+                "SELECT topic, topic_id, segment_id, start_position, end_position, "
+                "object_offset, object_key FROM wal_ranges "
+                "WHERE topic = ? AND segment_id = ? AND end_position > ? "
+                "ORDER BY start_position",
+                (name, segment_id, from_position),
+            )
+        return [WalRange(r[0], uuid.UUID(r[1]), r[2], r[3], r[4], r[5], r[6]) for r in rows]
+
+    def folded_wal_objects(self, limit: int = 1000) -> list[str]:
+        """Write-ahead objects every range of which is in tier 2 (below its segment's
+        uploaded end) or belongs to a topic or segment that is gone: safe to delete."""
+        with self.engine.read() as db:
+            rows = db.all(
+                "SELECT o.object_key FROM wal_objects o WHERE NOT EXISTS ("
+                " SELECT 1 FROM wal_ranges r JOIN segments s"
+                " ON s.topic = r.topic AND s.segment_id = r.segment_id"
+                " JOIN topics t ON t.name = r.topic AND t.topic_id = r.topic_id"
+                " WHERE r.object_key = o.object_key AND r.end_position > s.uploaded_end"
+                ") ORDER BY o.object_key LIMIT ?",
+                (limit,),
+            )
+        return [row[0] for row in rows]
+
+    def wal_object_keys(self, node_id: int) -> list[str]:
+        """The recorded write-ahead objects written by node `node_id`."""
+        with self.engine.read() as db:
+            rows = db.all("SELECT object_key FROM wal_objects WHERE node_id = ?", (node_id,))
+        return [row[0] for row in rows]
+
+    def forget_wal_objects(self, keys: Sequence[str]) -> None:
+        """Drop the rows of deleted (or about to be deleted) write-ahead objects."""
+        with self.engine.transaction() as db:
+            db.executemany("DELETE FROM wal_objects WHERE object_key = ?", [(k,) for k in keys])
+            db.executemany("DELETE FROM wal_ranges WHERE object_key = ?", [(k,) for k in keys])
 
     def load_producer_states(self, name: str) -> list[ProducerSnapshot]:
         with self.engine.read() as db:

@@ -26,6 +26,7 @@ from ..cluster.view import CLUSTER
 from ..metadata import CommittedOffset
 from ..metadata.postgres import LeaseError, PostgresMetadataStore
 from ..stream.handover import apply_cluster_segments
+from .takeover import take_over_orphans
 from .topic_sync import reconcile
 
 if TYPE_CHECKING:
@@ -112,6 +113,9 @@ class NodeMembership:
                 await reconcile(store, functools.partial(self._call, db.topic_heads))
                 if any(name not in store.streams for name in owners):
                     store.adopt_topics(await self._call(db.load_topics))
+                # --wal object: the open segments of nodes whose lease expired
+                live = [n.node_id for n in nodes if n.live]
+                await take_over_orphans(store, db, self._call, self.settings.node_id, live)
             except Exception as exc:  # database unreachable: keep the last view
                 log.warning("node %d: cluster sync failed: %s", self.settings.node_id, exc)
             else:

@@ -63,8 +63,10 @@ class BatchInfo:
     size: int
 
 
-def chunk_key(topic_id_hex: str, segment_id: int, start_position: int) -> str:
-    return f"{topic_id_hex}/{segment_id}/{start_position:020d}.chunk"
+def chunk_key(topic_id_hex: str, segment_id: int, start_position: int, writer: str = "") -> str:
+    """`writer` tells apart the chunks two nodes may cut at one position of a segment that
+    was taken over (the loser's is never recorded, and must not replace the winner's)."""
+    return f"{topic_id_hex}/{segment_id}/{start_position:020d}{writer}.chunk"
 
 
 def build_chunk(log_bytes: bytes, base_position: int = 0) -> BuiltChunk:

@@ -33,6 +33,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import crc32c
 import trio
@@ -61,6 +62,18 @@ _PIPELINE_S = 0.05
 # Recently fsync'd batches stay in memory (all logs together up to this many bytes, oldest
 # dropped first), so a consumer at the tail is served without a worker-thread hop.
 RECENT_BUDGET_BYTES = 64 << 20
+
+
+class WalSink(Protocol):
+    """Where a log hands its synced groups with the write-ahead log in object storage
+    (core/wal): it calls the log's `wal_committed` with each, in order, once recorded."""
+
+    def submit(
+        self,
+        log: SegmentLog,
+        buffers: Sequence[bytes | bytearray | memoryview],
+        batch: list[PendingAppend],
+    ) -> None: ...
 
 
 def _write_durably(
@@ -238,9 +251,13 @@ class SegmentLog:
         usage: Tier1Usage | None = None,
         on_rolled: Callable[[SegmentLog], None] | None = None,
         existing_bases: Sequence[int] = (),
+        wal: WalSink | None = None,
     ) -> None:
         """`existing_bases`: base positions of this segment's files already on disk (the
-        caller lists the stream's folder once for all its segments)."""
+        caller lists the stream's folder once for all its segments). `wal`: with the
+        write-ahead log in object storage (core/wal), synced groups go there and count as
+        durable only once it reports them (`wal_committed`)."""
+        self._wal = wal
         self.directory = directory
         self.segment_id = segment_id
         self.roll_bytes = roll_bytes
@@ -263,6 +280,9 @@ class SegmentLog:
         # named by position and must never be reused.
         self.durable_size = max(end, uploaded_end)
         self.logical_size = self.durable_size  # includes queued, not yet written entries
+        # entries below are acknowledgeable: synced, and with the object WAL recorded there.
+        # Only files below it become chunks, so a chunk's producer states cover all of it.
+        self.committed_end = self.durable_size
         self._queued_buffers: list[bytes | bytearray | memoryview] = []
         self._queued: list[PendingAppend] = []
         # The flusher's worker thread takes what was queued meanwhile right after an fsync
@@ -311,6 +331,7 @@ class SegmentLog:
                 self.usage.pending += f.size
         end = self.files[-1].end if self.files else 0
         self.durable_size = self.logical_size = max(end, self.uploaded_end)
+        self.committed_end = self.durable_size
 
     def _remove_file(self, f: LogFile, unlink: bool = True) -> None:
         os.close(f.fd)
@@ -542,10 +563,25 @@ class SegmentLog:
         for i, pending in enumerate(batch):  # buffers are (header, batch) pairs
             _recent.add(self, pending.position, buffers[2 * i + 1])
         try:
-            self._on_durable(batch)
+            if self._wal is not None:
+                self._wal.submit(self, buffers, batch)
+            else:
+                self.committed_end = self.durable_size
+                self._on_durable(batch)
         finally:
             flushed, self._flushed = self._flushed, trio.Event()
             flushed.set()
+
+    def wal_committed(self, batch: list[PendingAppend]) -> None:
+        """The write-ahead log holds `batch` (submitted in order): it is durable."""
+        end = self.committed_end = batch[-1].end
+        try:
+            self._on_durable(batch)
+        finally:
+            if self._on_rolled is not None and any(
+                f.closed and not f.uploaded and f.end <= end for f in self.files
+            ):
+                self._on_rolled(self)  # a rolled file waited for this to become a chunk
 
     def _fail_from(self, start: int, batch: list[PendingAppend], exc: OSError) -> None:
         """Undo a failed write: cut the file back and fail this batch and everything queued."""
@@ -570,8 +606,11 @@ class SegmentLog:
     # --- tier 2 ------------------------------------------------------------------------
 
     def files_to_upload(self) -> list[LogFile]:
-        """Rolled files whose chunk is not confirmed yet, oldest first."""
-        return [f for f in self.files if f.closed and not f.uploaded]
+        """Rolled files whose chunk is not confirmed yet and whose entries are all
+        committed, oldest first."""
+        return [
+            f for f in self.files if f.closed and not f.uploaded and f.end <= self.committed_end
+        ]
 
     def mark_uploaded(self, f: LogFile) -> None:
         f.uploaded = True
@@ -589,7 +628,10 @@ class SegmentLog:
     def complete(self) -> bool:
         """Sealed, drained, and every file confirmed in tier 2."""
         return (
-            self.sealed and not self._queued and self._active is None and not self.files_to_upload()
+            self.sealed
+            and not self._queued
+            and self._active is None
+            and all(f.uploaded for f in self.files if f.closed)
         )
 
     @property

@@ -235,7 +235,7 @@ async def _refresh(stream: Stream, db: PostgresMetadataStore, call: Call) -> Non
         if index in reserved:
             stream.reserved_marks[index] = max(stream.reserved_marks.get(index, 0), reserved[index])
     for index in sorted(partitions):
-        partition = _load_partition(stream, index, chunks, producers, log_starts.get(index, 0))
+        partition = load_partition(stream, index, chunks, producers, log_starts.get(index, 0))
         partition.compacted_end = max(partition.compacted_end, compacted.get(index, 0))
         if partition.next_offset > partition.reserve_at:
             stream.request_reservation(partition)
@@ -252,7 +252,7 @@ async def _refresh(stream: Stream, db: PostgresMetadataStore, call: Call) -> Non
         )
 
 
-def _load_partition(
+def load_partition(
     stream: Stream,
     index: int,
     chunks: list[Any],

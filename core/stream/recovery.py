@@ -88,7 +88,7 @@ def open_segments(stream: Stream) -> list[SegmentLog]:
             existing_bases=bases.get(seg.segment_id, ()),
         )
         stream.add_segment(seg.segment_id, segment, now)
-        _replay(stream, seg.segment_id, segment)
+        replay_segment(stream, seg.segment_id, segment)
         if seg.sealed:
             segment.seal()
         else:
@@ -139,7 +139,9 @@ def _check_reservations(stream: Stream) -> None:
     metadata = stream.metadata
     assert metadata is not None
     marks = stream.reserved_marks
-    if not os.path.exists(_marker_path(stream)) and marks:
+    # with the write-ahead log in object storage the tail was restored from it before the
+    # stream opened (core/wal/restore.py): nothing acknowledged can be missing
+    if stream.wal is None and not os.path.exists(_marker_path(stream)) and marks:
         node = metadata.node_id
         local = {
             r.segment.segment_id
@@ -182,7 +184,8 @@ def _check_reservations(stream: Stream) -> None:
         _write_marker(stream)
 
 
-def _replay(stream: Stream, segment_id: int, segment: SegmentLog) -> None:
+def replay_segment(stream: Stream, segment_id: int, segment: SegmentLog) -> None:
+    """Index every valid entry of the segment's local log in its partitions."""
     for entry in segment.replay():
         header = read_batch_header(entry.batch)
         partition = stream.partition(entry.partition)

@@ -17,7 +17,7 @@ from typing import Protocol
 from ..api import AppendResult, PendingAppend, ReadResult, ScaleResult
 from ..metadata import ChunkRecord, ChunkSlice, MetadataStore, ProducerSnapshot, TopicRecord
 from ..partition import Partition
-from ..segments.log import SegmentLog, Tier1Usage
+from ..segments.log import SegmentLog, Tier1Usage, WalSink
 from . import append, ownership, reads, recovery, tier_index, timestamps
 from .reservations import Reservations, initial_reserve_at
 from .stats import SegmentStats
@@ -41,6 +41,12 @@ class TierLink(Protocol):
     def prefetch(self, stream: Stream, location: ChunkSlice) -> None: ...
 
 
+class WalLink(Protocol):
+    """The node's write-ahead log in object storage (`core.wal.writer.WalWriter`)."""
+
+    def bind(self, topic: str, topic_id: uuid.UUID) -> WalSink: ...
+
+
 class Stream:
     def __init__(
         self,
@@ -50,6 +56,7 @@ class Stream:
         spawn_flusher: Callable[[SegmentLog], None] | None = None,
         tier: TierLink | None = None,
         reservations: Reservations | None = None,
+        wal: WalLink | None = None,
     ) -> None:
         """`metadata` and `spawn_flusher` (starts a log's flusher task) are needed by
         `scale`; `tier` (rolling, uploads, tier-2 reads) by everything beyond tier 1;
@@ -60,6 +67,7 @@ class Stream:
         self.metadata = metadata
         self.spawn_flusher = spawn_flusher
         self.tier = tier
+        self.wal = wal  # with `--wal object`: where synced appends go to become durable
         self.usage = tier.usage if tier is not None else Tier1Usage()
         # Confirmed tier-2 chunks by id.
         self.chunks: dict[int, ChunkRecord] = {}
@@ -114,6 +122,7 @@ class Stream:
             usage=self.usage,
             on_rolled=tier.on_rolled if tier else None,
             existing_bases=existing_bases,
+            wal=self.wal.bind(self.name, self.topic_id) if self.wal is not None else None,
         )
 
     # --- partitions --------------------------------------------------------------------

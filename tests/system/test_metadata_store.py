@@ -490,7 +490,7 @@ def test_an_old_postgres_database_opens_unchanged(
             "INSERT INTO segments (topic, segment_id, epoch, first_partition, last_partition, "
             "owner_node, owner_epoch) VALUES ('t', 0, 0, 0, 1, 3, 4)"
         )
-    assert len(OLD_PG_MIGRATIONS) == 5 < SCHEMA_VERSION
+    assert len(OLD_PG_MIGRATIONS) <= SCHEMA_VERSION  # later steps run at the open below
     fresh = pg_url + "_fresh"
     with psycopg.connect(postgres.dsn, autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {fresh.rsplit('/', 1)[1]}")
@@ -533,7 +533,7 @@ def test_a_version_2_postgres_database_is_migrated(pg_url: str) -> None:  # noqa
     assert [t.transactional_id for t in db.load_transactions()] == ["tx"]
     with psycopg.connect(pg_url) as conn:
         rows = conn.execute("SELECT version FROM schema_version ORDER BY version").fetchall()
-    assert [r[0] for r in rows] == [1, 2, 3, 4, 5, 6] == list(range(1, SCHEMA_VERSION + 1))
+    assert [r[0] for r in rows] == list(range(1, SCHEMA_VERSION + 1))
     db.close()
 
 

@@ -35,6 +35,7 @@ from kafka import TopicPartition as KafkaTopicPartition
 from support.crash import check_exactly_once, read_from_start
 
 from harness.moto import MotoServer
+from harness.producers import surviving_producer
 
 PARTITIONS = 8
 FOLDER_CYCLES = 14
@@ -131,23 +132,7 @@ def _produce_while_killing(
         if err.fatal():
             client_errors.append(str(err))
 
-    producer = Producer(
-        {
-            "bootstrap.servers": gateway.bootstrap,
-            "enable.idempotence": True,
-            "acks": "all",
-            "linger.ms": 2,
-            "message.timeout.ms": 90000,
-            "reconnect.backoff.ms": 50,
-            "reconnect.backoff.max.ms": 200,
-            # librdkafka's default (KIP-899 "rebootstrap") drops the known broker each time
-            # it finds every broker down; with a kill every second or two the producer then
-            # spends whole cycles re-bootstrapping and waiting for a producer id, and the
-            # kills would land on an idle gateway. Keep reconnecting to the same address.
-            "metadata.recovery.strategy": "none",
-            "error_cb": on_error,
-        }
-    )
+    producer = Producer(surviving_producer(gateway.bootstrap, error_cb=on_error))
     sent: set[str] = set()
     counter = 0
 

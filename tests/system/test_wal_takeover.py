@@ -1,0 +1,102 @@
+"""`serve --nodes 3 --wal object`: a node frozen past its lease (SIGSTOP) has its open
+segment taken over by a live node, which restores the tail from the write-ahead objects
+and serves the partition; produce to it resumes without the frozen node. Resumed, the
+zombie can make nothing visible (its commits are fenced and it exits on its lost lease),
+and every acknowledged record is there exactly once, offsets dense. Then a node is
+SIGKILLed with its data folder removed: nothing acknowledged is lost either way the
+race goes (the node back first, or a live node taking over first)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+from support.client import wait_until
+from support.crash import check_exactly_once, read_from_start
+from support.nodes import requires_postgres
+from test_wal_object import _Load
+
+from harness.nodes_cluster import NodesCluster
+
+pytestmark = requires_postgres
+PARTITIONS = 3
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[NodesCluster]:
+    nodes = NodesCluster(
+        tmp_path / "nodes",
+        3,
+        ["--node-lease-s", "1", "--wal", "object", "--wal-flush-ms", "20"],
+    )
+    nodes.start()
+    try:
+        yield nodes
+    finally:
+        nodes.close()
+
+
+def _leaders(bootstrap: str, topic: str) -> dict[int, int]:
+    meta = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+    return {p: m.leader for p, m in meta.topics[topic].partitions.items()}
+
+
+def test_a_frozen_node_is_taken_over_and_fenced(cluster: NodesCluster) -> None:
+    b1, b2, b3 = cluster.bootstraps
+    topic = f"take-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": b2})
+    admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS)])[topic].result(10)
+    wait_until(lambda: sorted(_leaders(b2, topic).values()) == [1, 2, 3], 30)
+    lost = next(p for p, node in _leaders(b2, topic).items() if node == 1)
+    # a frozen broker answers nothing: the client gives up on a request after 3 s (its
+    # default is 30 s) and then asks the cluster where the partition went
+    load = _Load(
+        f"{b2},{b3}",
+        topic,
+        **{"request.timeout.ms": 3000, "topic.metadata.refresh.interval.ms": 1000},
+    )
+    time.sleep(1.5)
+    pid = cluster.node_pid(1)
+    os.kill(pid, signal.SIGSTOP)
+    frozen_at = time.monotonic()
+    acked_before = load.acked_in(lost)
+    try:
+        wait_until(lambda: re.search(rb"took over segment", cluster.log_since_start()), 30)
+        wait_until(lambda: _leaders(b2, topic)[lost] in (2, 3), 10)
+        # produce to the frozen node's partition is acknowledged again by another node
+        wait_until(lambda: load.acked_in(lost) > acked_before + 50, 60)
+        took = time.monotonic() - frozen_at
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    # the zombie wakes up: fenced, it exits on its lost lease and comes back
+    cluster.wait_restarted(1, pid)
+    time.sleep(1.0)
+    load.finish()
+    check_exactly_once(read_from_start(b2, topic, PARTITIONS), load.acked, load.sent)
+    print(f"partition {lost} acknowledged again {took:.2f} s after node 1 froze")
+
+
+def test_a_killed_node_with_its_disk_gone_loses_nothing(cluster: NodesCluster) -> None:
+    b1, b2, b3 = cluster.bootstraps
+    topic = f"disk-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": b2})
+    admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS)])[topic].result(10)
+    wait_until(lambda: sorted(_leaders(b2, topic).values()) == [1, 2, 3], 30)
+    load = _Load(f"{b2},{b3}", topic)
+    time.sleep(1.5)
+    pid = cluster.node_pid(1)
+    os.kill(pid, signal.SIGKILL)
+    shutil.rmtree(cluster.data_dir / "node-1", ignore_errors=True)
+    cluster.wait_restarted(1, pid)
+    time.sleep(2.0)
+    load.finish()
+    assert len(load.acked) > 500
+    check_exactly_once(read_from_start(b2, topic, PARTITIONS), load.acked, load.sent)
