@@ -170,32 +170,41 @@ def measure_objects(args: argparse.Namespace, base: Path) -> list[dict[str, Any]
 
 
 class _Acks:
-    """Produce to every partition from a thread; the last acknowledgement time per partition."""
+    """Produce to every partition from a thread, noting when each partition acknowledges
+    again after a kill."""
 
     def __init__(self, bootstrap: str, topic: str) -> None:
-        self.last: dict[int, float] = {}
+        self.back: dict[int, float] = {}
+        self.mark = float("inf")
         self.failed = 0
         self._stop = threading.Event()
         self._producer = Producer(surviving_producer(bootstrap, **{"message.timeout.ms": 120000}))
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
-    def _delivered(self, err, msg) -> None:  # type: ignore[no-untyped-def]
-        if err is None:
-            self.last[msg.partition()] = time.monotonic()
-        else:
+    def _delivered(self, err, msg, sent: float) -> None:  # type: ignore[no-untyped-def]
+        if err is not None:
             self.failed += 1
+        elif sent > self.mark:  # sent after the kill: when it came back acknowledged
+            self.back.setdefault(msg.partition(), time.monotonic())
+
+    def watch(self, killed: float) -> None:
+        """From now on note, per partition, the first acknowledgement of a record sent
+        after `killed`."""
+        self.back = {}
+        self.mark = killed
 
     def _run(self) -> None:
         n = 0
         while not self._stop.is_set():
             if len(self._producer) < 5000:
                 for _ in range(10):
+                    sent = time.monotonic()
                     self._producer.produce(
                         "takeover",
                         key=str(n).encode(),
                         value=b"v" * 100,
-                        on_delivery=self._delivered,
+                        on_delivery=lambda e, m, sent=sent: self._delivered(e, m, sent),
                     )
                     n += 1
             self._producer.poll(0.005)
@@ -226,13 +235,12 @@ def measure_takeover(args: argparse.Namespace, base: Path) -> dict[str, Any]:
             theirs = [p for p, m in meta.items() if m.leader == node]
             pid = cluster.node_pid(node)
             killed = time.monotonic()
+            acks.watch(killed)
             os.kill(pid, signal.SIGKILL)
             deadline = killed + 60
-            while time.monotonic() < deadline and not all(
-                acks.last.get(p, 0) > killed for p in theirs
-            ):
+            while time.monotonic() < deadline and not all(p in acks.back for p in theirs):
                 time.sleep(0.01)
-            back = max((acks.last.get(p, 0) for p in theirs), default=killed)
+            back = max((acks.back.get(p, deadline) for p in theirs), default=killed)
             times.append(back - killed)
             print(
                 f"cycle {cycle + 1}: node {node} killed, its partitions {theirs} "
