@@ -327,6 +327,12 @@ def test_confluent_delete_records_then_list_offsets(shared_gateway):
     with RawClient(bootstrap) as client:
         client.request(produce_request(topic, 0, _batch("c", TRIES + 1)))
     admin = AdminClient({"bootstrap.servers": bootstrap})
+    # Until the client knows the partition's leader, a request may go out on its bootstrap
+    # connection and the next on the leader's: two connections, no order promised (on
+    # Kafka neither). Learn the leader first; then both go on one connection.
+    admin.list_offsets({TopicPartition(topic, 0): OffsetSpec.earliest()})[
+        TopicPartition(topic, 0)
+    ].result(TIMEOUT)
     stale = []
     for offset in range(1, TRIES + 1):
         part = TopicPartition(topic, 0, offset)
