@@ -65,7 +65,14 @@ class PostgresEngine(Engine):
     dialect = POSTGRESQL
 
     def __init__(self, url: str) -> None:
-        super().__init__(psycopg.connect(url, autocommit=True))
+        # A node frozen inside a transaction (SIGSTOP, a stalled VM) would keep its row
+        # locks for as long as it is frozen, and the node taking its segments over would
+        # wait as long: the server ends such a session after 5 s, longer than any lease.
+        super().__init__(
+            psycopg.connect(
+                url, autocommit=True, options="-c idle_in_transaction_session_timeout=5000"
+            )
+        )
 
     @contextmanager
     def transaction(self) -> Iterator[Handle]:
@@ -260,19 +267,25 @@ class PostgresMetadataStore(SqlMetadataStore):
         owner, under the dead node's row lock and only once its lease has expired, so that
         none of its write-ahead commits (which hold that lock and need a live lease) can
         land after this. False when refused (the node is back, or another took it)."""
-        with self.engine.transaction() as db:
-            dead = db.one(
-                "SELECT 1 FROM nodes WHERE node_id = ? AND lease_expires <= now() FOR UPDATE",
-                (from_node,),
-            )
-            if dead is None:
-                return False
-            cursor = db.execute(
-                "UPDATE segments SET owner_node = ?, owner_epoch = owner_epoch + 1 "
-                "WHERE topic = ? AND segment_id = ? AND owner_node = ? AND NOT sealed",
-                (to_node, name, segment_id, from_node),
-            )
-            return cursor.rowcount == 1
+        try:
+            with self.engine.transaction() as db:
+                # a frozen node may hold its row inside a commit: try again next round
+                # (its session ends: PostgresEngine) rather than stall this node's sync
+                db.execute("SET LOCAL lock_timeout = '200ms'")
+                dead = db.one(
+                    "SELECT 1 FROM nodes WHERE node_id = ? AND lease_expires <= now() FOR UPDATE",
+                    (from_node,),
+                )
+                if dead is None:
+                    return False
+                cursor = db.execute(
+                    "UPDATE segments SET owner_node = ?, owner_epoch = owner_epoch + 1 "
+                    "WHERE topic = ? AND segment_id = ? AND owner_node = ? AND NOT sealed",
+                    (to_node, name, segment_id, from_node),
+                )
+                return cursor.rowcount == 1
+        except psycopg.errors.LockNotAvailable:
+            return False
 
     def _chunk_fenced(self, db: Handle, name: str, segment_id: int) -> bool:
         """A chunk commits only from the segment's owner: a node whose segment was taken
