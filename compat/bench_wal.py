@@ -17,13 +17,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import random
-import signal
-import statistics
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 import uuid
@@ -38,10 +33,10 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from compat.benchlib.report import environment  # noqa: E402
 from compat.benchlib.scenario import RunOptions, scenario_args, standalone  # noqa: E402
+from compat.soak_wal import kill_cycles, quantile  # noqa: E402
 from harness.gateway import Gateway  # noqa: E402
 from harness.nodes_cluster import NodesCluster  # noqa: E402
 from harness.postgres import unavailable_reason  # noqa: E402
-from harness.producers import surviving_producer  # noqa: E402
 
 QUICK = (
     "--rates",
@@ -77,13 +72,6 @@ def _topic(bootstrap: str, partitions: int) -> str:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(name, partitions, 1)])[name].result(timeout=60)
     return name
-
-
-def _quantile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 4)
 
 
 def _tier(gateway: Gateway) -> dict[str, Any]:
@@ -122,8 +110,8 @@ def _produce_at(bootstrap: str, topic: str, mb_s: float, seconds: float) -> dict
     return {
         "records": sent,
         "mb_s_reached": round(len(latencies) * RECORD / spent / 1e6, 2),
-        "latency_p50_ms": _quantile([x * 1000 for x in latencies], 0.5),
-        "latency_p99_ms": _quantile([x * 1000 for x in latencies], 0.99),
+        "latency_p50_ms": quantile([x * 1000 for x in latencies], 0.5),
+        "latency_p99_ms": quantile([x * 1000 for x in latencies], 0.99),
         "seconds": round(spent, 2),
     }
 
@@ -169,95 +157,18 @@ def measure_objects(args: argparse.Namespace, base: Path) -> list[dict[str, Any]
     return rows
 
 
-class _Acks:
-    """Produce to every partition from a thread, noting when each partition acknowledges
-    again after a kill."""
-
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        self.back: dict[int, float] = {}
-        self.mark = float("inf")
-        self.failed = 0
-        self._stop = threading.Event()
-        self._producer = Producer(surviving_producer(bootstrap, **{"message.timeout.ms": 120000}))
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _delivered(self, err, msg, sent: float) -> None:  # type: ignore[no-untyped-def]
-        if err is not None:
-            self.failed += 1
-        elif sent > self.mark:  # sent after the kill: when it came back acknowledged
-            self.back.setdefault(msg.partition(), time.monotonic())
-
-    def watch(self, killed: float) -> None:
-        """From now on note, per partition, the first acknowledgement of a record sent
-        after `killed`."""
-        self.back = {}
-        self.mark = killed
-
-    def _run(self) -> None:
-        n = 0
-        while not self._stop.is_set():
-            if len(self._producer) < 5000:
-                for _ in range(10):
-                    sent = time.monotonic()
-                    self._producer.produce(
-                        "takeover",
-                        key=str(n).encode(),
-                        value=b"v" * 100,
-                        on_delivery=lambda e, m, sent=sent: self._delivered(e, m, sent),
-                    )
-                    n += 1
-            self._producer.poll(0.005)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
-        self._producer.flush(120)
-
-
 def measure_takeover(args: argparse.Namespace, base: Path) -> dict[str, Any]:
+    """The kill cycles of the takeover soak (compat/soak_wal.py), SIGKILL only."""
     reason = unavailable_reason()
     if reason:
         return {"skipped": f"PostgreSQL: {reason}"}
     cluster = NodesCluster(base / "nodes", 3, ["--node-lease-s", "1", "--wal", "object"])
     cluster.start()
-    times: list[float] = []
-    rng = random.Random(7)
     try:
-        bootstraps = ",".join(cluster.bootstraps)
-        admin = AdminClient({"bootstrap.servers": bootstraps})
-        admin.create_topics([NewTopic("takeover", 3, 1)])["takeover"].result(timeout=60)
-        acks = _Acks(bootstraps, "takeover")
-        time.sleep(3.0)
-        for cycle in range(args.kills):
-            meta = admin.list_topics("takeover", timeout=10).topics["takeover"].partitions
-            node = rng.choice(sorted({m.leader for m in meta.values()}))  # one that leads
-            theirs = [p for p, m in meta.items() if m.leader == node]
-            pid = cluster.node_pid(node)
-            killed = time.monotonic()
-            acks.watch(killed)
-            os.kill(pid, signal.SIGKILL)
-            deadline = killed + 60
-            while time.monotonic() < deadline and not all(p in acks.back for p in theirs):
-                time.sleep(0.01)
-            back = max((acks.back.get(p, deadline) for p in theirs), default=killed)
-            times.append(back - killed)
-            print(
-                f"cycle {cycle + 1}: node {node} killed, its partitions {theirs} "
-                f"acknowledged again after {back - killed:.2f} s",
-                flush=True,
-            )
-            cluster.wait_restarted(node, pid)
-            time.sleep(2.0)
-        acks.stop()
-        return {
-            "kills": len(times),
-            "seconds_p50": _quantile(times, 0.5),
-            "seconds_p99": _quantile(times, 0.99),
-            "seconds_max": round(max(times), 3) if times else None,
-            "seconds_mean": round(statistics.mean(times), 3) if times else None,
-            "delivery_failures": acks.failed,
-        }
+        cycles = argparse.Namespace(
+            cycles=args.kills, seed=7, partitions=3, rate=2000, settle=2.0, stall_timeout=60.0
+        )
+        return kill_cycles(cluster, cycles, ("kill",))
     finally:
         cluster.close()
 

@@ -148,6 +148,15 @@ SCENARIOS: dict[str, Scenario] = {
             ("takeover p99 s", "takeover/seconds_p99", ".2f"),
         ),
     ),
+    "soak-wal": Scenario(
+        "compat.soak_wal",
+        "--wal object: nodes killed, disks removed, nodes frozen; every record checked",
+        (
+            ("faults", "kills", ",d"),
+            ("takeover p99 s", "seconds_p99", ".2f"),
+            ("records verified", "records_verified", ",d"),
+        ),
+    ),
     "spark": Scenario(
         "compat.bench_spark",
         "Spark pipeline throughput and replay from tier 2",

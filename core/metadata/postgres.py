@@ -65,19 +65,41 @@ class PostgresEngine(Engine):
     dialect = POSTGRESQL
 
     def __init__(self, url: str) -> None:
-        # A node frozen inside a transaction (SIGSTOP, a stalled VM) would keep its row
-        # locks for as long as it is frozen, and the node taking its segments over would
-        # wait as long: the server ends such a session after 5 s, longer than any lease.
-        super().__init__(
-            psycopg.connect(
-                url, autocommit=True, options="-c idle_in_transaction_session_timeout=5000"
-            )
-        )
+        self.url = url
+        super().__init__(_connect(url))
+
+    def _reconnect(self) -> None:
+        """A connection the server ended (a PostgreSQL restart, a failover) is replaced on
+        the next call; the call that saw it end has failed, and its caller retries."""
+        if self.conn.closed or self.conn.broken:
+            self.conn = _connect(self.url)
+            self.handle = Handle(self.conn, self.dialect)
+
+    @contextmanager
+    def read(self) -> Iterator[Handle]:
+        with self.lock:
+            self._reconnect()
+            yield self.handle
 
     @contextmanager
     def transaction(self) -> Iterator[Handle]:
-        with self.lock, self.conn.transaction():
-            yield self.handle
+        with self.lock:
+            self._reconnect()
+            with self.conn.transaction():
+                yield self.handle
+
+
+def _connect(url: str) -> psycopg.Connection:
+    # A node frozen inside a transaction (SIGSTOP, a stalled VM) would keep its row locks for
+    # as long as it is frozen, and the node taking its segments over would wait as long: the
+    # server ends such a session after 5 s, longer than any lease. A server that does not
+    # answer fails the call after 5 s rather than stalling the metadata thread.
+    return psycopg.connect(
+        url,
+        autocommit=True,
+        connect_timeout=5,
+        options="-c idle_in_transaction_session_timeout=5000",
+    )
 
 
 class PostgresCredentialStore(SqlCredentialStore):
@@ -169,8 +191,8 @@ class PostgresMetadataStore(SqlMetadataStore):
         """Extend the lease if this incarnation still holds it (compare-and-set); False when
         it was lost (expired and taken over, or re-registered)."""
         with self._lease_lock:
-            if self._lease_db is None:
-                self._lease_db = psycopg.connect(self.url, autocommit=True)
+            if self._lease_db is None or self._lease_db.closed or self._lease_db.broken:
+                self._lease_db = psycopg.connect(self.url, autocommit=True, connect_timeout=5)
             row = Handle(self._lease_db, POSTGRESQL).one(
                 "UPDATE nodes SET lease_expires = now() + make_interval(secs => ?) "
                 "WHERE node_id = ? AND incarnation = ? AND lease_expires > now() "

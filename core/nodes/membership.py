@@ -23,9 +23,11 @@ import trio
 
 from ..cluster.fencing import FENCE
 from ..cluster.view import CLUSTER
+from ..failure_log import FailureLog
 from ..metadata import CommittedOffset
 from ..metadata.postgres import LeaseError, PostgresMetadataStore
 from ..stream.handover import apply_cluster_segments
+from .balance import REBALANCE_EVERY_S, rebalance
 from .takeover import take_over_orphans
 from .topic_sync import reconcile
 
@@ -64,6 +66,8 @@ class NodeMembership:
         self.incarnation = 0
         self._db: PostgresMetadataStore | None = None
         self._limiter = trio.CapacityLimiter(1)
+        # a database away fails every round: a line at first, then a count now and then
+        self.failures = FailureLog(f"node {settings.node_id}: ", log, every_s=10.0)
         # several nodes: given the committed offsets of each group another node coordinates
         self.offsets_sink: Callable[[str, list[CommittedOffset], bool], None] | None = None
 
@@ -100,7 +104,13 @@ class NodeMembership:
 
     async def sync(self, store: StreamStore) -> None:
         """Several active nodes: refresh the live brokers and topic owners, and open the
-        topics other nodes created, until cancelled."""
+        topics other nodes created, until cancelled; with --wal object also rebalance."""
+        async with trio.open_nursery() as nursery:
+            if store.wal is not None:
+                nursery.start_soon(self._balance, store)
+            await self._sync_rounds(store)
+
+    async def _sync_rounds(self, store: StreamStore) -> None:
         assert self._db is not None, "register first"
         db = self._db
         cycle = 0
@@ -117,8 +127,9 @@ class NodeMembership:
                 live = [n.node_id for n in nodes if n.live]
                 await take_over_orphans(store, db, self._call, self.settings.node_id, live)
             except Exception as exc:  # database unreachable: keep the last view
-                log.warning("node %d: cluster sync failed: %s", self.settings.node_id, exc)
+                self.failures.failed("cluster sync", exc, "keeping the last view")
             else:
+                self.failures.succeeded("cluster sync")
                 CLUSTER.brokers = [(n.node_id, n.host, n.port) for n in nodes if n.live]
                 CLUSTER.owners = owners
             await self._sync_segments(db, store)
@@ -126,13 +137,25 @@ class NodeMembership:
                 await self._refresh_offsets(db, self.offsets_sink)
             await trio.sleep(self.settings.sync_every_s)
 
+    async def _balance(self, store: StreamStore) -> None:
+        """--wal object: segments back to the nodes that lead fewer (balance.py)."""
+        assert self._db is not None
+        while True:
+            await trio.sleep(REBALANCE_EVERY_S)
+            try:
+                await rebalance(store, self._db, self._call, self.settings.node_id)
+            except Exception as exc:  # refused (a scale under way...): next round
+                self.failures.failed("rebalancing", exc, "trying again later")
+
     async def _sync_segments(self, db: PostgresMetadataStore, store: StreamStore) -> None:
         """Per-partition leaders: every open segment's owner; open the segments other nodes
         handed to this one (core/stream/handover.py)."""
         try:
             await apply_cluster_segments(store.streams, db, self._call)
         except Exception as exc:
-            log.warning("node %d: segment sync failed: %s", self.settings.node_id, exc)
+            self.failures.failed("segment sync", exc)
+        else:
+            self.failures.succeeded("segment sync")
 
     async def load_group_offsets(self, group_id: str) -> list[CommittedOffset]:
         """One group's committed offsets, from the database (OffsetStore.group_loader)."""
@@ -148,8 +171,9 @@ class NodeMembership:
         try:
             rows = await self._call(db.load_offsets)
         except Exception as exc:
-            log.warning("node %d: offsets refresh failed: %s", self.settings.node_id, exc)
+            self.failures.failed("offsets refresh", exc)
             return
+        self.failures.succeeded("offsets refresh")
         by_group: dict[str, list[CommittedOffset]] = {}
         for row in rows:
             by_group.setdefault(row.group_id, []).append(row)
@@ -170,8 +194,9 @@ class NodeMembership:
                         self._db.renew_lease, s.node_id, self.incarnation, s.lease_s
                     )
                 except Exception as exc:  # database unreachable: the fence deadline decides
-                    log.warning("node %d: lease renewal failed: %s", s.node_id, exc)
+                    self.failures.failed("lease renewal", exc)
                     continue
+                self.failures.succeeded("lease renewal")
                 if not held:
                     FENCE.lose()
                     log.critical(

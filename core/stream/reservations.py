@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from ..failure_log import FailureLog
 from ..partition import UNRESERVED, Partition
 from .append import fail_deferred, release_deferred
 
@@ -60,6 +61,7 @@ class Reservations:
         # (topic, partition) -> (trio time, next offset) at the last raise: the rate
         self._last: dict[tuple[str, int], tuple[float, int]] = {}
         self.raises = 0  # committed raise transactions (tests, metrics)
+        self.failures = FailureLog("", log, every_s=10.0)
 
     def request(self, stream: Stream, partition: Partition) -> None:
         """Ask for the partition's next block (on the loop; cheap, idempotent)."""
@@ -104,12 +106,13 @@ class Reservations:
                 metadata.raise_reservations, stream.name, {i: m for i, (m, _b) in plans.items()}
             )
         except Exception as exc:  # database unreachable: acks wait, try again shortly
-            log.warning("topic %s: raising offset reservations failed: %s", stream.name, exc)
+            self.failures.failed(f"topic {stream.name}: raising offset reservations", exc)
             for p in partitions:
                 self._wanted[id(p)] = (stream, p)
             await trio.sleep(RETRY_S)
             self._wake.set()
             return
+        self.failures.succeeded(f"topic {stream.name}: raising offset reservations")
         self.raises += 1
         for p in partitions:
             mark, block = plans[p.index]

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from ..cluster.fencing import FENCE
+from ..failure_log import FailureLog
 from ..metadata import MetadataStore, WalFenced, WalRange
 from ..segments.objectstore import LocalFolderStore, ObjectStore
 from .layout import encode_header
@@ -122,7 +123,8 @@ class WalWriter:
         self._full = trio.Event()
         self._last_start = -1e9
         self._sequence = 0
-        self._reported: dict[str, float] = {}  # failure kind -> when last logged
+        self._failures = FailureLog("write-ahead objects: ", log, _REPORT_EVERY_S)
+        self.stats.failures = self._failures.counts
 
     def bind(self, topic: str, topic_id: uuid.UUID) -> WalSink:
         return _BoundSink(self, topic, topic_id)
@@ -236,23 +238,11 @@ class WalWriter:
                 delay = min(delay * 2, _BACKOFF_MAX_S)
                 continue
             if failing:
-                log.warning("write-ahead objects: %s works again", what)
+                self._failures.succeeded(what)
             return
 
     def _report(self, what: str, exc: BaseException) -> None:
-        """One line per kind of failure, then a count every _REPORT_EVERY_S."""
-        kind = f"{what}: {type(exc).__name__}"
-        count = self.stats.failures[kind] = self.stats.failures.get(kind, 0) + 1
-        now = time.monotonic()
-        if now - self._reported.get(kind, -1e9) >= _REPORT_EVERY_S:
-            self._reported[kind] = now
-            log.warning(
-                "write-ahead objects: %s failed %d times, retrying (nothing is acknowledged "
-                "meanwhile): %s",
-                what,
-                count,
-                exc,
-            )
+        self._failures.failed(what, exc, "retrying (nothing is acknowledged meanwhile)")
 
     @property
     def _prefix(self) -> str:

@@ -1,8 +1,9 @@
 """`serve --nodes 3 --wal object`: a node frozen past its lease (SIGSTOP) has its open
 segment taken over by a live node, which restores the tail from the write-ahead objects
 and serves the partition; produce to it resumes without the frozen node. Resumed, the
-zombie can make nothing visible (its commits are fenced and it exits on its lost lease),
-and every acknowledged record is there exactly once, offsets dense. Then a node is
+zombie can make nothing visible (its commits are fenced and it exits on its lost lease);
+back, it is handed a segment again by the node that led two, and every acknowledged record
+is there exactly once, offsets dense. Then a node is
 SIGKILLed with its data folder removed: nothing acknowledged is lost either way the
 race goes (the node back first, or a live node taking over first)."""
 
@@ -78,6 +79,9 @@ def test_a_frozen_node_is_taken_over_and_fenced(cluster: NodesCluster) -> None:
         os.kill(pid, signal.SIGCONT)
     # the zombie wakes up: fenced, it exits on its lost lease and comes back
     cluster.wait_restarted(1, pid)
+    # the node that took two segments hands one back to node 1, under load
+    wait_until(lambda: 1 in _leaders(b2, topic).values(), 40)
+    wait_until(lambda: re.search(rb"moved segment \d+ to node 1", cluster.log_since_start()), 10)
     time.sleep(1.0)
     load.finish()
     check_exactly_once(read_from_start(b2, topic, PARTITIONS), load.acked, load.sent)
