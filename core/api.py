@@ -260,6 +260,10 @@ class Transactions(Protocol):
     """The transaction coordinator (core/txn). Methods answer Kafka error codes; those
     that commit raise StoreError when the metadata store fails."""
 
+    def coordinates(self, transactional_id: str) -> bool:
+        """This node coordinates the id (else NOT_COORDINATOR: the client finds the one)."""
+        ...
+
     def describe(self, transactional_id: str) -> TxnRecord | None: ...
 
     def list_transactions(self) -> list[TxnRecord]: ...

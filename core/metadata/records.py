@@ -151,6 +151,17 @@ class AbortedTxn(NamedTuple):
     last_offset: int
 
 
+class TxnMarker(NamedTuple):
+    """A marker a transaction coordinator asks another node to write: the node leading
+    `partition` of `topic` appends it and forgets the row (several nodes)."""
+
+    topic: str
+    partition: int
+    producer_id: int
+    epoch: int
+    commit: bool
+
+
 class OpenTxn(NamedTuple):
     """A saved open transaction: where producer `producer_id`'s starts in `partition`."""
 

@@ -270,6 +270,20 @@ MIGRATIONS: list[list[Step]] = [
         )
         """),
     ],
+    # 8: several nodes: transaction markers a coordinator leaves for the node leading the
+    # partition (core/txn/markers.py); a row goes once its marker is durable
+    [
+        Ddl("""
+        CREATE TABLE IF NOT EXISTS txn_markers (
+            topic TEXT NOT NULL,
+            partition INTEGER NOT NULL,
+            producer_id {BIGINT} NOT NULL,
+            epoch INTEGER NOT NULL,
+            is_commit INTEGER NOT NULL,
+            PRIMARY KEY (topic, partition, producer_id)
+        )
+        """),
+    ],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

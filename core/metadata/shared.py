@@ -31,6 +31,7 @@ from .records import (
     TopicExistsError,
     TopicHead,
     TopicRecord,
+    TxnMarker,
     TxnPartition,
     TxnRecord,
     WalFenced,
@@ -478,20 +479,52 @@ class SqlMetadataStore:
                 "SELECT transactional_id, producer_id, epoch, state, timeout_ms, start_ms, "
                 "update_ms, partitions, offsets FROM transactions"
             )
-        return [
-            TxnRecord(
-                row[0],
-                row[1],
-                row[2],
-                row[3],
-                row[4],
-                row[5],
-                row[6],
-                partitions=[TxnPartition(*tp) for tp in json.loads(row[7])],
-                offsets=[PendingTxnOffset(*o) for o in json.loads(row[8])],
+        return [_txn_record(row) for row in rows]
+
+    def load_open_transactions(self) -> list[TxnRecord]:
+        """The ids with a transaction under way (Ongoing, PrepareCommit, PrepareAbort)."""
+        with self.engine.read() as db:
+            rows = db.all(
+                "SELECT transactional_id, producer_id, epoch, state, timeout_ms, start_ms, "
+                "update_ms, partitions, offsets FROM transactions "
+                "WHERE state IN ('Ongoing', 'PrepareCommit', 'PrepareAbort')"
             )
-            for row in rows
-        ]
+        return [_txn_record(row) for row in rows]
+
+    def load_transaction(self, transactional_id: str) -> TxnRecord | None:
+        """One id's record as committed (several nodes: another may have changed it)."""
+        with self.engine.read() as db:
+            row = db.one(
+                "SELECT transactional_id, producer_id, epoch, state, timeout_ms, start_ms, "
+                "update_ms, partitions, offsets FROM transactions WHERE transactional_id = ?",
+                (transactional_id,),
+            )
+        return None if row is None else _txn_record(row)
+
+    def add_txn_markers(self, markers: list[TxnMarker]) -> None:
+        with self.engine.transaction() as db:
+            for m in markers:
+                db.execute(
+                    "INSERT INTO txn_markers VALUES (?, ?, ?, ?, ?) "
+                    "ON CONFLICT (topic, partition, producer_id) DO UPDATE SET "
+                    "epoch = excluded.epoch, is_commit = excluded.is_commit",
+                    (m.topic, m.partition, m.producer_id, m.epoch, int(m.commit)),
+                )
+
+    def txn_markers(self) -> list[TxnMarker]:
+        with self.engine.read() as db:
+            rows = db.all("SELECT topic, partition, producer_id, epoch, is_commit FROM txn_markers")
+        return [TxnMarker(str(t), int(p), int(i), int(e), bool(c)) for t, p, i, e, c in rows]
+
+    def forget_txn_markers(self, markers: list[TxnMarker]) -> None:
+        """Delete these rows (only as written: a newer marker for the same producer stays)."""
+        with self.engine.transaction() as db:
+            for m in markers:
+                db.execute(
+                    "DELETE FROM txn_markers WHERE topic = ? AND partition = ? AND "
+                    "producer_id = ? AND epoch = ? AND is_commit = ?",
+                    (m.topic, m.partition, m.producer_id, m.epoch, int(m.commit)),
+                )
 
     def save_transaction(self, txn: TxnRecord) -> None:
         with self.engine.transaction() as db:
@@ -727,4 +760,18 @@ def _acl_row(acl: AclBinding) -> tuple[int, str, int, str, str, int, int]:
         acl.host,
         int(acl.operation),
         int(acl.permission),
+    )
+
+
+def _txn_record(row: Sequence[Any]) -> TxnRecord:
+    return TxnRecord(
+        row[0],
+        row[1],
+        row[2],
+        row[3],
+        row[4],
+        row[5],
+        row[6],
+        partitions=[TxnPartition(*tp) for tp in json.loads(row[7])],
+        offsets=[PendingTxnOffset(*o) for o in json.loads(row[8])],
     )

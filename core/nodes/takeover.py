@@ -111,6 +111,7 @@ async def _adopt(
     log_starts = await call(db.load_log_starts, name)
     aborted = await call(db.load_aborted_txns, name)
     compacted = await call(db.load_compacted_ends, name)
+    open_txns = await call(db.load_open_txns, name)
     bases = await trio.to_thread.run_sync(_bases, stream.directory, segment_id)
     if stream.deleted or stream.spawn_flusher is None:
         return
@@ -137,6 +138,9 @@ async def _adopt(
         tier2_end = slices[-1].last_offset + 1 if slices else 0
         partition.next_offset = max(partition.next_offset, tier2_end, partition.log_start_offset)
         partition.high_watermark = partition.next_offset
+    for t in open_txns:  # open transactions whose first batches are in tier 2 only
+        if t.partition in indexes:
+            stream.partition(t.partition).restore_open_txn(t.producer_id, t.first_offset)
     # recorded in the objects but not yet acknowledged past the mark: raise it first
     above = {
         i: stream.partition(i).next_offset

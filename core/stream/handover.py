@@ -197,7 +197,7 @@ async def _refresh(stream: Stream, db: PostgresMetadataStore, call: Call) -> Non
         if not r.segment.sealed and r.owner_node == me and r.segment.segment_id not in open_here
     ]
     partitions = {p for r in taken for p in range(r.first_partition, r.last_partition + 1)}
-    chunks, producers, log_starts, aborted, compacted = [], [], {}, [], {}
+    chunks, producers, log_starts, aborted, compacted, open_txns = [], [], {}, [], {}, []
     reserved: dict[int, int] = {}
     if partitions:
         reserved = await call(db.load_reservations, name)
@@ -206,6 +206,7 @@ async def _refresh(stream: Stream, db: PostgresMetadataStore, call: Call) -> Non
         log_starts = await call(db.load_log_starts, name)
         aborted = await call(db.load_aborted_txns, name)
         compacted = await call(db.load_compacted_ends, name)
+        open_txns = await call(db.load_open_txns, name)
     if stream.deleted or stream.spawn_flusher is None:
         return
     # Synchronous from here: no append or read runs in between.
@@ -242,6 +243,9 @@ async def _refresh(stream: Stream, db: PostgresMetadataStore, call: Call) -> Non
         for a in aborted:
             if a.partition == index:
                 partition.restore_aborted(a.producer_id, a.first_offset, a.last_offset)
+        for t in open_txns:  # a transaction open across the move keeps its records hidden
+            if t.partition == index:
+                partition.restore_open_txn(t.producer_id, t.first_offset)
     if taken:
         log.info(
             "topic %s: took over segments %s (partitions %d-%d)",

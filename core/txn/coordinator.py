@@ -26,13 +26,16 @@ from typing import Protocol
 
 import trio
 
-from ..api import AppendResult, PendingAppend, StoreError
+from ..api import AppendResult, PendingAppend, StoreError, StoreUnavailable
+from ..cluster.fencing import FENCE
+from ..cluster.view import CLUSTER
 from ..errors import ErrorCode
 from ..metadata import (
     AbortedTxn,
     CommittedOffset,
     MetadataStore,
     PendingTxnOffset,
+    TxnMarker,
     TxnPartition,
     TxnRecord,
 )
@@ -54,6 +57,11 @@ log = logging.getLogger(__name__)
 
 OffsetSink = Callable[[list[CommittedOffset]], Awaitable[None]]
 _MARKER_RETRY_S = 0.5
+# Several nodes: how often a node looks for markers left for it, and for transactions that
+# became its own (their coordinator died or the live nodes changed).
+_MARKER_POLL_S = 0.05
+_ADOPT_EVERY_S = 1.0
+_OPEN = (ONGOING, PREPARE_COMMIT, PREPARE_ABORT)
 
 
 class _Partition(Protocol):
@@ -116,6 +124,7 @@ class TransactionCoordinator:
                 elif record.state == ONGOING:
                     self._start_timer(record)
             log.info("transaction coordinator up: %d transactional ids", len(records))
+            nursery.start_soon(self._cluster_loops)
             task_status.started()
             await self._stopping.wait()
             nursery.cancel_scope.cancel()
@@ -125,11 +134,16 @@ class TransactionCoordinator:
 
     # --- lookups ---------------------------------------------------------------------------
 
+    def coordinates(self, transactional_id: str) -> bool:
+        """This node coordinates the id (several nodes spread ids as they spread groups)."""
+        node = CLUSTER.coordinator(transactional_id)
+        return node is None or node[0] == CLUSTER.node_id
+
     def describe(self, transactional_id: str) -> TxnRecord | None:
         return self._txns.get(transactional_id)
 
     def list_transactions(self) -> list[TxnRecord]:
-        return list(self._txns.values())
+        return [t for t in self._txns.values() if self.coordinates(t.transactional_id)]
 
     def has_pending_offsets(self, group_id: str, topic: str, partition: int) -> bool:
         """An open transaction has a TxnOffsetCommit for this group's partition."""
@@ -151,7 +165,10 @@ class TransactionCoordinator:
             return ErrorCode.INVALID_REQUEST, -1, -1
         if not 0 < timeout_ms <= self.max_timeout_ms:
             return ErrorCode.INVALID_TRANSACTION_TIMEOUT, -1, -1
+        if not self.coordinates(transactional_id):
+            return ErrorCode.NOT_COORDINATOR, -1, -1
         async with self._lock(transactional_id):
+            await self._refresh(transactional_id)
             txn = self._txns.get(transactional_id)
             if txn is None:
                 txn = TxnRecord(
@@ -191,6 +208,8 @@ class TransactionCoordinator:
     ) -> dict[tuple[str, int], int]:
         """Add partitions to the open transaction (opening one if needed); per partition
         an error code. Unknown partitions fail the whole request, as in Kafka."""
+        if not self.coordinates(transactional_id):
+            return dict.fromkeys(partitions, ErrorCode.NOT_COORDINATOR)
         unknown = {tp for tp in partitions if not self._partition_exists(*tp)}
         if unknown:
             return {
@@ -200,6 +219,7 @@ class TransactionCoordinator:
                 for tp in partitions
             }
         async with self._lock(transactional_id):
+            await self._refresh(transactional_id)
             txn = self._txns.get(transactional_id)
             error = self._check(txn, producer_id, epoch)
             if error or txn is None:
@@ -216,7 +236,10 @@ class TransactionCoordinator:
         self, transactional_id: str, producer_id: int, epoch: int, group_id: str
     ) -> int:
         """The group's offsets will be committed by this transaction (it opens one)."""
+        if not self.coordinates(transactional_id):
+            return ErrorCode.NOT_COORDINATOR
         async with self._lock(transactional_id):
+            await self._refresh(transactional_id)
             txn = self._txns.get(transactional_id)
             error = self._check(txn, producer_id, epoch)
             if error or txn is None:
@@ -235,7 +258,10 @@ class TransactionCoordinator:
         offsets: list[CommittedOffset],
     ) -> int:
         """Remember offsets until the transaction ends: committed with it, or dropped."""
+        if not self.coordinates(transactional_id):
+            return ErrorCode.NOT_COORDINATOR
         async with self._lock(transactional_id):
+            await self._refresh(transactional_id)
             txn = self._txns.get(transactional_id)
             error = self._check(txn, producer_id, epoch)
             if error or txn is None:
@@ -256,7 +282,10 @@ class TransactionCoordinator:
     async def end_txn(
         self, transactional_id: str, producer_id: int, epoch: int, commit: bool
     ) -> int:
+        if not self.coordinates(transactional_id):
+            return ErrorCode.NOT_COORDINATOR
         async with self._lock(transactional_id):
+            await self._refresh(transactional_id)
             txn = self._txns.get(transactional_id)
             error = self._check(txn, producer_id, epoch, ending=True)
             if error or txn is None:
@@ -273,7 +302,11 @@ class TransactionCoordinator:
         self, transactional_id: str, topic: str, partition: int, records: bytes | memoryview | None
     ) -> int:
         """May this transactional Produce append to the partition? (Its batches' producer
-        id and epoch must be the id's current ones, the partition in the open transaction.)"""
+        id and epoch must be the id's current ones, the partition in the open transaction.)
+        Several nodes: the coordinator may be another node, so as a Kafka 3.x leader this
+        one does not ask it; the partition's producer state still fences older epochs."""
+        if CLUSTER.enabled:
+            return ErrorCode.NONE
         txn = self._txns.get(transactional_id)
         try:
             header = read_batch_header(records or b"")
@@ -344,33 +377,24 @@ class TransactionCoordinator:
 
     async def _write_markers(self, txn: TxnRecord, commit: bool) -> None:
         """Append a marker to every partition of the transaction and wait until they are
-        durable; retried until they are (a transaction must end)."""
-        remaining = list(txn.partitions)
-        marker = build_control_batch(txn.producer_id, txn.epoch, commit)
+        durable; retried until they are (a transaction must end). Several nodes: a
+        partition another node leads gets its marker from that node, through a row in the
+        metadata store (the node leading it when it reads the row writes it)."""
+        remaining = [TxnMarker(t, i, txn.producer_id, txn.epoch, commit) for t, i in txn.partitions]
+        elsewhere: list[TxnMarker] = []
         while remaining:
-            waits = []
-            for topic, index in remaining:
-                stream = self._store.streams.get(topic)
-                if stream is None or not stream.has_partition(index):
-                    continue  # the topic was deleted meanwhile: nothing to mark
-                waits.append((topic, index, stream.start_marker(index, marker)))
-            failed: list[TxnPartition] = []
-            aborted: dict[str, list[AbortedTxn]] = {}
-            for topic, index, started in waits:
-                result = started if isinstance(started, AppendResult) else await started.wait()
-                if result.error:
-                    failed.append(TxnPartition(topic, index))
-                    continue
-                if not commit:
-                    entry = self._aborted_at(topic, index, result.base_offset)
-                    if entry is not None:
-                        aborted.setdefault(topic, []).append(entry)
-            for topic, rows in aborted.items():  # kept for data that will live in tier 2 only
+            there = [m for m in remaining if not CLUSTER.is_local(m.topic, m.partition)]
+            if there:
                 try:
-                    await self._worker.call(self._metadata.add_aborted_txns, topic, rows)
+                    await self._worker.call(self._metadata.add_txn_markers, there)
                 except StoreError as exc:
-                    log.warning("topic %s: saving aborted transactions failed: %s", topic, exc)
-            remaining = failed
+                    log.warning(
+                        "transactional id %s: leaving markers failed: %s", txn.transactional_id, exc
+                    )
+                    await trio.sleep(_MARKER_RETRY_S)
+                    continue
+                elsewhere.extend(there)
+            remaining = await self._append_here([m for m in remaining if m not in there])
             if remaining:
                 log.warning(
                     "transactional id %s: markers failed on %d partitions, retrying",
@@ -378,6 +402,115 @@ class TransactionCoordinator:
                     len(remaining),
                 )
                 await trio.sleep(_MARKER_RETRY_S)
+        while elsewhere:
+            await trio.sleep(_MARKER_POLL_S)
+            try:
+                left = set(await self._worker.call(self._metadata.txn_markers))
+            except StoreError:
+                continue
+            elsewhere = [m for m in elsewhere if m in left]
+
+    async def _append_here(self, markers: list[TxnMarker]) -> list[TxnMarker]:
+        """Append markers to partitions of this node and wait until they are durable;
+        returns those that failed. Aborts are also kept in the metadata store (data only in
+        tier 2 stays hidden)."""
+        waits = []
+        for m in markers:
+            stream = self._store.streams.get(m.topic)
+            if stream is None or not stream.has_partition(m.partition):
+                continue  # the topic was deleted meanwhile: nothing to mark
+            batch = build_control_batch(m.producer_id, m.epoch, m.commit)
+            waits.append((m, stream.start_marker(m.partition, batch)))
+        failed: list[TxnMarker] = []
+        aborted: dict[str, list[AbortedTxn]] = {}
+        for m, started in waits:
+            result = started if isinstance(started, AppendResult) else await started.wait()
+            if result.error:
+                failed.append(m)
+                continue
+            if not m.commit:
+                entry = self._aborted_at(m.topic, m.partition, result.base_offset)
+                if entry is not None:
+                    aborted.setdefault(m.topic, []).append(entry)
+        for topic, rows in aborted.items():  # kept for data that will live in tier 2 only
+            try:
+                await self._worker.call(self._metadata.add_aborted_txns, topic, rows)
+            except StoreError as exc:
+                log.warning("topic %s: saving aborted transactions failed: %s", topic, exc)
+        return failed
+
+    # --- several nodes ---------------------------------------------------------------------
+
+    async def _cluster_loops(self) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._markers_for_me)
+            nursery.start_soon(self._adopt_loop)
+
+    async def _markers_for_me(self) -> None:
+        """Write the markers other nodes' coordinators left for partitions this node leads."""
+        while True:
+            await trio.sleep(_MARKER_POLL_S)
+            if not CLUSTER.enabled:
+                continue
+            try:
+                rows = await self._worker.call(self._metadata.txn_markers)
+                here = [m for m in rows if CLUSTER.is_local(m.topic, m.partition)]
+                if not here:
+                    continue
+                failed = await self._append_here(here)
+                done = [m for m in here if m not in failed]
+                if done:
+                    await self._worker.call(self._metadata.forget_txn_markers, done)
+            except StoreError as exc:  # the database is away: next round
+                log.debug("transaction markers: %s", exc)
+
+    async def _adopt_loop(self) -> None:
+        """Transactions whose coordinator is now this node (the node that had them died,
+        or the live nodes changed) are loaded: their timeout runs here, a PrepareX one is
+        finished here. Those now another node's are forgotten."""
+        while True:
+            await trio.sleep(_ADOPT_EVERY_S)
+            if not CLUSTER.enabled or self._nursery is None:
+                continue
+            for tid in [t for t in self._txns if not self.coordinates(t)]:
+                if not self._lock(tid).locked():
+                    self._cancel_timer(tid)
+                    del self._txns[tid]
+            try:
+                records = await self._worker.call(self._metadata.load_open_transactions)
+            except StoreError:
+                continue
+            for record in records:
+                tid = record.transactional_id
+                fresh = self._txns.get(tid) == record
+                if self.coordinates(tid) and not fresh and not self._lock(tid).locked():
+                    self._nursery.start_soon(self._adopt, tid)
+
+    async def _adopt(self, transactional_id: str) -> None:
+        async with self._lock(transactional_id):
+            if self.coordinates(transactional_id):
+                try:
+                    await self._refresh(transactional_id)
+                except StoreError as exc:  # the next round tries again
+                    log.warning(
+                        "transactional id %s: taking it over failed: %s", transactional_id, exc
+                    )
+
+    async def _refresh(self, transactional_id: str) -> None:
+        """Several nodes: take the id's record as committed, since another node may have
+        coordinated it since this one last did; finish what it left half done."""
+        if not CLUSTER.enabled:
+            return
+        record = await self._worker.call(self._metadata.load_transaction, transactional_id)
+        if record is None or self._txns.get(transactional_id) == record:
+            return
+        self._cancel_timer(transactional_id)
+        self._txns[transactional_id] = record
+        if record.state == ONGOING:
+            self._start_timer(record)
+        elif record.state in (PREPARE_COMMIT, PREPARE_ABORT):
+            log.info("transactional id %s: finishing %s", transactional_id, record.state)
+            await self._complete(record)
 
     def _aborted_at(self, topic: str, index: int, marker_offset: int) -> AbortedTxn | None:
         stream = self._store.streams.get(topic)
@@ -418,14 +551,19 @@ class TransactionCoordinator:
             self._timers.pop(transactional_id, None)
             async with self._lock(transactional_id):
                 txn = self._txns.get(transactional_id)
-                if txn is not None and txn.state == ONGOING:
+                if txn is not None and txn.state == ONGOING and self.coordinates(transactional_id):
                     log.info(
                         "transactional id %s: timed out after %d ms, aborting",
                         transactional_id,
                         txn.timeout_ms,
                     )
                     with trio.CancelScope(shield=True):  # never half-done
-                        await self._end(txn, commit=False, bump_epoch=True)
+                        try:
+                            await self._end(txn, commit=False, bump_epoch=True)
+                        except StoreError as exc:  # the next coordinator (or start) ends it
+                            log.warning(
+                                "transactional id %s: abort failed: %s", transactional_id, exc
+                            )
 
     # --- helpers ---------------------------------------------------------------------------
 
@@ -440,6 +578,8 @@ class TransactionCoordinator:
         return stream is not None and stream.has_partition(index)
 
     async def _save(self, txn: TxnRecord) -> None:
+        if not FENCE.valid():  # a node frozen past its lease: another coordinates now
+            raise StoreUnavailable("this node's lease has lapsed: it coordinates nothing")
         await self._worker.call(self._metadata.save_transaction, _copy(txn))
         self._txns[txn.transactional_id] = txn
 

@@ -26,11 +26,14 @@ _OPERATIONS_NOT_REQUESTED = -(2**31)
 
 
 async def find_coordinator(ctx: GatewayContext, header: RequestHeader, body: Any) -> dict[str, Any]:
-    """This node coordinates every group and every transactional id."""
+    """One node, or a stable hash over the live nodes, coordinates a group or a
+    transactional id."""
     key_type = getattr(body, "key_type", _KEY_TYPE_GROUP)
-    if key_type == _KEY_TYPE_GROUP:
+    if key_type == _KEY_TYPE_GROUP or (
+        key_type == _KEY_TYPE_TRANSACTION and ctx.transactions is not None
+    ):
         other = CLUSTER.coordinator(getattr(body, "key", "") or "")
-        if other is not None:  # several nodes: groups are spread over the live nodes
+        if other is not None:  # several nodes: groups and ids are spread over the live nodes
             return {
                 "error_code": ErrorCode.NONE,
                 "node_id": other[0],

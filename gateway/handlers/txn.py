@@ -183,6 +183,9 @@ async def describe_transactions(
     txns = _coordinator(ctx)
     states = []
     for transactional_id in body.transactional_ids:
+        if txns is not None and not txns.coordinates(transactional_id):
+            states.append(no_transaction_state(transactional_id, ErrorCode.NOT_COORDINATOR))
+            continue
         txn = txns.describe(transactional_id) if txns is not None else None
         if txn is None:
             states.append(

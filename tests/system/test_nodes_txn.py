@@ -1,0 +1,202 @@
+"""Transactions on `serve --nodes 3 --wal object`: one node coordinates a transactional id (a
+hash over the live nodes, as for groups) and the partitions' leaders are others; markers
+reach them through the metadata store. A transaction commits or aborts across the nodes;
+when the coordinator freezes in the middle of transactions, another node takes the ids
+over: a producer that lives on commits there, and a transaction whose producer died too
+is aborted there when its timeout passes. read_committed sees all of a committed transaction,
+nothing of an aborted one, and the partitions never stay blocked behind one."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import time
+import urllib.error
+import urllib.request
+import uuid
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from support.client import wait_until
+from support.nodes import requires_postgres
+
+from harness.nodes_cluster import NodesCluster, consecutive_free_ports
+
+pytestmark = requires_postgres
+PARTITIONS = 3
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodesCluster]:
+    nodes = NodesCluster(
+        Path(tmp_path_factory.mktemp("txn-nodes")),
+        3,
+        ["--node-lease-s", "1", "--wal", "object", "--wal-flush-ms", "5"],
+    )
+    admin_port = consecutive_free_ports(3)  # node i's admin listener: admin_port + i - 1
+    while abs(admin_port - nodes.base_port) < 3:  # not the Kafka listeners' ports
+        admin_port = consecutive_free_ports(3) + 3
+    nodes.extra_args += ("--metrics-listen", f"127.0.0.1:{admin_port}")
+    nodes.admin_port = admin_port  # type: ignore[attr-defined]
+    nodes.start()
+    try:
+        yield nodes
+    finally:
+        nodes.close()
+
+
+def _id_on(node: int, prefix: str) -> str:
+    """A transactional id that node `node` of the three coordinates."""
+    for n in range(10_000):
+        tid = f"{prefix}-{n}"
+        if [1, 2, 3][zlib.crc32(tid.encode()) % 3] == node:
+            return tid
+    raise AssertionError("no id found")
+
+
+def _topic(cluster: NodesCluster) -> str:
+    topic = f"ntx-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS)])[topic].result(30)
+
+    def leaders() -> list[int]:
+        meta = admin.list_topics(topic, timeout=10).topics[topic].partitions
+        return sorted(m.leader for m in meta.values())
+
+    wait_until(lambda: leaders() == [1, 2, 3], 30)
+    return topic
+
+
+def _producer(cluster: NodesCluster, tid: str, **extra: object) -> Producer:
+    producer = Producer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "transactional.id": tid,
+            "transaction.timeout.ms": 60000,
+            "reconnect.backoff.max.ms": 200,
+            **extra,
+        }
+    )
+    producer.init_transactions(60)
+    return producer
+
+
+def _read_committed(cluster: NodesCluster, topic: str, want: int, timeout: float) -> list[bytes]:
+    """Every record read_committed returns, until `want` of them or `timeout`."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "group.id": f"r-{uuid.uuid4().hex[:6]}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+    values: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    while len(values) < want and time.monotonic() < deadline:
+        msg = consumer.poll(0.2)
+        if msg is not None and msg.error() is None:
+            values.append(msg.value())
+    consumer.close()
+    return values
+
+
+def _send(producer: Producer, topic: str, tag: str, count: int = 30) -> list[bytes]:
+    values = [f"{tag}-{i}".encode() for i in range(count)]
+    for i, value in enumerate(values):
+        producer.produce(topic, value, partition=i % PARTITIONS)
+    assert producer.flush(30) == 0
+    return values
+
+
+def test_commit_and_abort_across_the_nodes(cluster: NodesCluster) -> None:
+    topic = _topic(cluster)
+    producer = _producer(cluster, _id_on(1, "across"))
+    producer.begin_transaction()
+    committed = _send(producer, topic, "committed")
+    producer.commit_transaction(30)
+    producer.begin_transaction()
+    _send(producer, topic, "aborted")
+    producer.abort_transaction(30)
+    producer.begin_transaction()
+    after = _send(producer, topic, "after")
+    producer.commit_transaction(30)
+    read = _read_committed(cluster, topic, 60, 30)
+    assert sorted(read) == sorted(committed + after)
+
+
+def test_the_coordinator_is_lost_in_the_middle_of_transactions(cluster: NodesCluster) -> None:
+    topic = _topic(cluster)
+    # one producer lives on and commits on the next coordinator (it gives up on a silent
+    # broker after 3 s, not the default 60)...
+    survivor = _producer(cluster, _id_on(1, "lives"), **{"socket.timeout.ms": 3000})
+    # ...the other is never heard of again: its transaction times out there
+    orphan = _producer(cluster, _id_on(1, "dies"), **{"transaction.timeout.ms": 4000})
+    survivor.begin_transaction()
+    kept = _send(survivor, topic, "kept")
+    orphan.begin_transaction()
+    _send(orphan, topic, "orphaned")
+    # node 1, their coordinator and a partition's leader, freezes (a stalled machine): it
+    # neither answers nor restarts until resumed
+    pid = cluster.node_pid(1)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        wait_until(lambda: b"took over segment" in cluster.log_since_start(), 30)
+        survivor.commit_transaction(60)
+        wait_until(
+            lambda: re.search(rb"node [23] .*dies-\d+: timed out", cluster.log_since_start()), 30
+        )
+    finally:
+        os.kill(pid, signal.SIGCONT)  # the zombie is fenced and restarts
+    cluster.wait_restarted(1, pid)
+    # the orphan's aborted transaction holds no partition: records after it show
+    plain = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True})
+    later = [f"later-{i}".encode() for i in range(PARTITIONS)]
+    for i, value in enumerate(later):
+        plain.produce(topic, value, partition=i)
+    assert plain.flush(30) == 0
+    read = _read_committed(cluster, topic, len(kept) + len(later), 60)
+    assert sorted(read) == sorted(kept + later)
+    del orphan
+
+
+def test_a_transaction_open_across_a_segment_move_aborts_whole(cluster: NodesCluster) -> None:
+    topic = _topic(cluster)
+    port = cluster.admin_port  # type: ignore[attr-defined]
+
+    def describe() -> dict | None:  # once node 1 has synced the topic
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/streams/{topic}") as r:
+                return dict(json.load(r))
+        except urllib.error.HTTPError:
+            return None
+
+    described = wait_until(describe, 10)
+    segment = next(
+        s["segment_id"]
+        for s in described["segments"]
+        if s.get("node") == 1 and s["state"] == "open"
+    )
+    producer = _producer(cluster, _id_on(2, "moved"))
+    producer.begin_transaction()
+    _send(producer, topic, "aborted")
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/streams/{topic}/move",
+        data=json.dumps({"segment": segment, "to_node": 3}).encode(),
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=90) as r:
+        assert json.load(r)["to_node"] == 3
+    producer.abort_transaction(30)
+    producer.begin_transaction()
+    after = _send(producer, topic, "after")
+    producer.commit_transaction(30)
+    read = _read_committed(cluster, topic, len(after), 30)
+    assert sorted(read) == sorted(after)
