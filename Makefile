@@ -89,7 +89,7 @@ clean:
 # (idempotent producers, a consumer group, raw pipelined probes, a split and a merge) with
 # 10 SIGKILL restarts, then every promise checked; exit 1 on a violation.
 # `make soak-history SOAK_HISTORY_ARGS="--seed 7 --out history.jsonl"` adds options.
-# The takeover soak (compat/soak_wal.py): 20 faults (SIGKILL, SIGKILL with the disk removed,
+# The takeover soak (compat/soak_wal.py): 30 faults (SIGKILL, SIGKILL with the disk removed,
 # SIGSTOP past the lease) of random nodes of `serve --nodes 3 --wal object` under load, then
 # every acknowledged record checked. `make soak-wal SOAK_WAL_ARGS="--tier2 s3"` adds options.
 .PHONY: soak-wal

@@ -8,11 +8,13 @@ refuses writes is retried until it answers (producers meanwhile see their reques
 out, a retriable error), and a node fenced by the metadata store stops acknowledging for
 good (`FENCE`).
 
-Pacing: one object at a time; the next one starts when the previous is recorded and
-either `flush_ms` has passed since the previous one started or `flush_bytes` are waiting.
-An idle node therefore writes at once (latency: one PUT and one commit), a busy one at
-most 1000/flush_ms objects a second whatever its partition count (cost: docs/tiers.md).
-The default pace depends on the store: S3 bills each PUT, a folder does not.
+Pacing: an object starts once `flush_ms` has passed since the previous one started or
+`flush_bytes` are waiting. An idle node therefore writes at once (latency: one PUT and one
+commit), a busy one at most 1000/flush_ms objects a second whatever its partition count
+(cost: docs/tiers.md). The default pace depends on the store: S3 bills each PUT, a
+folder does not. Up to `MAX_IN_FLIGHT` objects are being PUT at once, so a slow PUT does
+not cap a node's produce rate; they are recorded in the order they started (a later
+object never commits before an earlier one: no hole, and acknowledgements stay in order).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ _BACKOFF_FIRST_S = 0.05
 _BACKOFF_MAX_S = 2.0
 _FOLD_EVERY_S = 2.0
 _REPORT_EVERY_S = 30.0
+MAX_IN_FLIGHT = 4
 KEY_PREFIX = "wal"
 
 
@@ -149,6 +152,9 @@ class WalWriter:
 
     async def run(self) -> None:
         """Write objects as groups arrive, and fold away the ones tier 2 caught up with."""
+        slots = trio.Semaphore(MAX_IN_FLIGHT)
+        recorded = trio.Event()  # the previous object's commit is over
+        recorded.set()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._sweep_orphans)
             nursery.start_soon(self._fold_loop)
@@ -164,13 +170,31 @@ class WalWriter:
                 groups, self._pending, self._pending_bytes = self._pending, [], 0
                 self._full = trio.Event()
                 self._last_start = trio.current_time()
-                await self._write(groups)
+                await slots.acquire()
+                done = trio.Event()
+                nursery.start_soon(self._write, groups, recorded, done, slots)
+                recorded = done
 
     def _key(self) -> str:
         self._sequence += 1
         return f"{self._prefix}{time.time_ns():020d}-{os.getpid()}-{self._sequence:09d}"
 
-    async def _write(self, groups: list[_Group]) -> None:
+    async def _write(
+        self,
+        groups: list[_Group],
+        previous: trio.Event,
+        done: trio.Event,
+        slots: trio.Semaphore,
+    ) -> None:
+        """PUT the object (beside the others in flight), then record it once the previous
+        one is recorded, then acknowledge its groups."""
+        try:
+            await self._put_and_record(groups, previous)
+        finally:
+            done.set()
+            slots.release()
+
+    async def _put_and_record(self, groups: list[_Group], previous: trio.Event) -> None:
         ranges: list[WalRange] = []
         pieces: list[bytes | bytearray | memoryview] = []
         offset = 0
@@ -196,6 +220,10 @@ class WalWriter:
         body = [header, *(memoryview(p) if isinstance(p, bytearray) else p for p in pieces)]
         await self._retry("write", lambda: self.object_store.put(key, body))
         put_done = time.perf_counter()
+        await previous.wait()
+        if FENCE.lost:  # an earlier object was refused: this one is never acknowledged
+            return
+        recording = time.perf_counter()
         stored = [r._replace(object_offset=r.object_offset + len(header)) for r in ranges]
         try:
             await self._retry(
@@ -216,7 +244,7 @@ class WalWriter:
         self.stats.objects += 1
         self.stats.bytes += size
         self.stats.put_seconds += put_done - started
-        self.stats.commit_seconds += time.perf_counter() - put_done
+        self.stats.commit_seconds += time.perf_counter() - recording
         for g in groups:
             try:
                 g.log.wal_committed(g.batch)
