@@ -118,6 +118,14 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="serve Prometheus /metrics and the /streams admin API over HTTP on HOST:PORT "
         "(STREAMGATE_METRICS_LISTEN; off by default)",
     )
+    serve_cmd.add_argument(
+        "--admin-insecure",
+        action="store_true",
+        default=_env("ADMIN_INSECURE", "") == "true",
+        help="allow --metrics-listen on a non-loopback address without authentication "
+        "(no SASL listener): anyone who reaches it may scale and move segments "
+        "(STREAMGATE_ADMIN_INSECURE=true)",
+    )
     # Hidden tuning knobs for the scaler (tests shrink the 60 s window to seconds).
     serve_cmd.add_argument(
         "--scaling-window-s",
@@ -395,6 +403,7 @@ def run(args: argparse.Namespace) -> int:
         connections_max_idle_ms=args.connections_max_idle_ms,
         group_initial_rebalance_delay_ms=args.group_initial_rebalance_delay_ms,
         metrics_listen=args.metrics_listen,
+        admin_insecure=args.admin_insecure,
         scaling_window_s=args.scaling_window_s,
         # Default: evaluate a dozen times per window, at most every 5 s.
         scaling_interval_s=args.scaling_interval_s or min(5.0, args.scaling_window_s / 12),

@@ -1,0 +1,46 @@
+"""The admin listener (`serve --metrics-listen`): the admin ASGI app on Hypercorn's trio
+worker, inside the gateway process and its event loop (HTTP/1.1 keep-alive, h2c)."""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+import trio
+from hypercorn.config import Config
+from hypercorn.trio import serve
+
+from admin.app import AdminApi, build_app
+from admin.auth import AdminSecurity
+from admin.metrics import store_registry
+from core.store import StreamStore
+
+KEEP_ALIVE_S = 30.0  # browsers and Prometheus reuse connections between polls
+
+
+class AdminServer:
+    def __init__(self, store: StreamStore, security: AdminSecurity | None = None) -> None:
+        self.store = store
+        self.security = security or AdminSecurity()
+        self.api = AdminApi(store, store_registry(store), self.security)
+        self.app = build_app(self.api.routes())
+
+    async def serve(
+        self,
+        host: str,
+        port: int,
+        task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Serve until cancelled; starts with the bound (host, port) (port 0: a free one)."""
+        config = Config()
+        host = host or "0.0.0.0"  # --metrics-listen :PORT
+        config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+        config.keep_alive_timeout = KEEP_ALIVE_S
+        config.accesslog = None
+        config.errorlog = logging.getLogger("hypercorn.error")
+        config.include_server_header = False
+        async with trio.open_nursery() as nursery:
+            app = functools.partial(serve, self.app, config)  # type: ignore[arg-type]
+            binds: list[str] = await nursery.start(app)
+            bound_host, _, bound_port = binds[0].split("://", 1)[1].rpartition(":")
+            task_status.started((bound_host.strip("[]"), int(bound_port)))
