@@ -12,18 +12,26 @@ from hypercorn.trio import serve
 
 from admin.app import AdminApi, build_app
 from admin.auth import AdminSecurity
+from admin.console import Console
 from admin.metrics import store_registry
+from core.groups import GroupCoordinator
 from core.store import StreamStore
 
 KEEP_ALIVE_S = 30.0  # browsers and Prometheus reuse connections between polls
 
 
 class AdminServer:
-    def __init__(self, store: StreamStore, security: AdminSecurity | None = None) -> None:
+    def __init__(
+        self,
+        store: StreamStore,
+        security: AdminSecurity | None = None,
+        groups: GroupCoordinator | None = None,
+    ) -> None:
         self.store = store
         self.security = security or AdminSecurity()
         self.api = AdminApi(store, store_registry(store), self.security)
-        self.app = build_app(self.api.routes())
+        self.console = Console(store, groups, self.security)
+        self.app = build_app(self.api.routes() + self.console.routes())
 
     async def serve(
         self,

@@ -1,0 +1,223 @@
+"""The console: static pages at `/` (admin/static, no build step) and the JSON they poll.
+
+    GET /api/topics?offset=&limit=&q=   a page of topics with their figures
+    GET /streams/TOPIC/history           segments over time and the scale events' causes
+    GET /api/groups?offset=&limit=&q=   a page of consumer groups with their total lag
+    GET /api/groups/GROUP                members, assignments, committed offsets, lag
+    GET /api/nodes                       the cluster's live nodes and their open segments
+Every list is paged (limit at most MAX_PAGE) and holds only what the principal may
+DESCRIBE, so 1,000 topics cost one page of work per poll.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from admin.auth import AdminSecurity
+from admin.history import ScaleHistory
+from core.acl.model import Operation, ResourceType
+from core.cluster.view import CLUSTER
+from core.groups import GroupCoordinator
+from core.groups.consumer_protocol import assigned_partitions
+from core.store import StreamStore
+from core.stream.stream import Stream
+
+STATIC = Path(__file__).with_name("static")
+PAGES = {"console.js": "text/javascript", "console.css": "text/css"}
+MAX_PAGE = 500
+
+
+class Console:
+    def __init__(
+        self, store: StreamStore, groups: GroupCoordinator | None, security: AdminSecurity
+    ) -> None:
+        self.store = store
+        self.groups = groups
+        self.security = security
+        self.history = ScaleHistory(store)
+
+    def routes(self) -> list[BaseRoute]:
+        return [
+            Route("/", self.index, methods=["GET"]),
+            Route("/console/{name}", self.asset, methods=["GET"]),
+            Route("/api/topics", self.topics, methods=["GET"]),
+            Route("/streams/{topic}/history", self.topic_history, methods=["GET"]),
+            Route("/api/groups", self.group_list, methods=["GET"]),
+            Route("/api/groups/{group}", self.group, methods=["GET"]),
+            Route("/api/nodes", self.nodes, methods=["GET"]),
+        ]
+
+    async def index(self, request: Request) -> Response:
+        await self.security.principal(request)  # the browser asks for credentials here
+        return FileResponse(STATIC / "index.html", media_type="text/html")
+
+    async def asset(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in PAGES:
+            raise HTTPException(404, f"no console file {name!r}")
+        return FileResponse(STATIC / name, media_type=PAGES[name])
+
+    async def topics(self, request: Request) -> Response:
+        principal = await self.security.principal(request)
+        offset, limit, query = _page(request)
+        names = [
+            name
+            for name in sorted(self.store.streams)
+            if query in name and self.security.may_describe(request, principal, name)
+        ]
+        rows = []
+        for name in names[offset : offset + limit]:
+            stream = self.store.streams.get(name)
+            if stream is not None:
+                rows.append(self._topic_row(name, stream))
+        return JSONResponse({"total": len(names), "offset": offset, "limit": limit, "topics": rows})
+
+    def _topic_row(self, name: str, stream: Stream) -> dict[str, Any]:
+        meter = self.store.meters.get(name)
+        rate = sum(load.rate for load in meter.loads(False)) if meter else 0.0
+        pending = uploaded = bytes_in = bytes_out = 0
+        for segment_id, segment_log in list(stream.segments.items()):
+            pending += max(0, segment_log.durable_size - segment_log.uploaded_end)
+            uploaded += segment_log.uploaded_end
+            stats = stream.stats.get(segment_id)
+            if stats is not None:
+                bytes_in += stats.bytes_in
+                bytes_out += stats.bytes_out
+        return {
+            "topic": name,
+            "partitions": stream.partition_count,
+            "epoch": stream.epoch,
+            "open_segments": len(stream.owners()),
+            "tier1_bytes": pending,
+            "tier2_bytes": uploaded,
+            "bytes_in": bytes_in,
+            "bytes_out": bytes_out,
+            "rate_kib_per_s": round(rate, 3),
+        }
+
+    async def topic_history(self, request: Request) -> Response:
+        topic = request.path_params["topic"]
+        await self.security.require(request, Operation.DESCRIBE, topic)
+        return JSONResponse(self.history.describe(topic))
+
+    def _group_ids(self) -> list[str]:
+        if self.groups is None:
+            return []
+        live = {g.group_id for g in self.groups.list_groups()}
+        return sorted(live | set(self.groups.offsets.group_ids()))
+
+    def _may_describe_group(self, request: Request, principal: str, group_id: str) -> bool:
+        return self.security.allowed(
+            request, principal, Operation.DESCRIBE, ResourceType.GROUP, group_id
+        )
+
+    async def group_list(self, request: Request) -> Response:
+        principal = await self.security.principal(request)
+        offset, limit, query = _page(request)
+        ids = [
+            g
+            for g in self._group_ids()
+            if query in g and self._may_describe_group(request, principal, g)
+        ]
+        rows = []
+        for group_id in ids[offset : offset + limit]:
+            described = self._describe_group(group_id)
+            rows.append(
+                {
+                    "group_id": group_id,
+                    "state": described["state"],
+                    "protocol_type": described["protocol_type"],
+                    "members": len(described["members"]),
+                    "lag": sum(o["lag"] or 0 for o in described["offsets"]),
+                }
+            )
+        return JSONResponse({"total": len(ids), "offset": offset, "limit": limit, "groups": rows})
+
+    async def group(self, request: Request) -> Response:
+        group_id = request.path_params["group"]
+        principal = await self.security.principal(request)
+        if not self._may_describe_group(request, principal, group_id):
+            raise HTTPException(403, f"{principal} may not DESCRIBE group {group_id!r}")
+        if group_id not in self._group_ids():
+            raise HTTPException(404, f"no group {group_id!r}")
+        return JSONResponse(self._describe_group(group_id))
+
+    def _describe_group(self, group_id: str) -> dict[str, Any]:
+        assert self.groups is not None
+        group = self.groups.group(group_id)
+        members = []
+        owner: dict[tuple[str, int], str] = {}
+        if group is not None:
+            for member in group.members.values():
+                try:
+                    assignment = assigned_partitions(member.assignment)
+                except Exception:  # noqa: BLE001 - a non-consumer protocol: opaque bytes
+                    assignment = {}
+                for topic, partitions in assignment.items():
+                    for partition in partitions:
+                        owner[(topic, partition)] = member.member_id
+                members.append(
+                    {
+                        "member_id": member.member_id,
+                        "group_instance_id": member.group_instance_id,
+                        "client_id": member.client_id,
+                        "client_host": member.client_host,
+                        "assignment": assignment,
+                    }
+                )
+        committed = {(c.topic, c.partition): c.offset for c in self.groups.all_committed(group_id)}
+        offsets = []
+        for topic, partition in sorted(committed.keys() | owner.keys()):
+            stream = self.store.streams.get(topic)
+            end = None
+            if stream is not None and stream.has_partition(partition):
+                end = stream.partition(partition).high_watermark
+            offset = committed.get((topic, partition))
+            lag = None if end is None or offset is None else max(0, end - offset)
+            offsets.append(
+                {
+                    "topic": topic,
+                    "partition": partition,
+                    "committed": offset,
+                    "end": end,
+                    "lag": lag,
+                    "member": owner.get((topic, partition)),
+                }
+            )
+        return {
+            "group_id": group_id,
+            "state": group.state.value if group is not None else "Empty",
+            "protocol_type": group.protocol_type if group is not None else None,
+            "protocol": group.protocol_name if group is not None else None,
+            "generation": group.generation_id if group is not None else 0,
+            "members": members,
+            "offsets": offsets,
+        }
+
+    async def nodes(self, request: Request) -> Response:
+        await self.security.require(request, Operation.DESCRIBE)
+        counts = CLUSTER.open_segment_counts() if CLUSTER.enabled else {}
+        nodes = [
+            {"node_id": node_id, "host": host, "port": port, "open_segments": counts.get(node_id)}
+            for node_id, host, port in sorted(CLUSTER.brokers)
+        ]
+        return JSONResponse(
+            {"cluster": CLUSTER.enabled, "this_node": CLUSTER.node_id, "nodes": nodes}
+        )
+
+
+def _page(request: Request) -> tuple[int, int, str]:
+    """(offset, limit, substring) from the query string; 400 when not integers."""
+    params = request.query_params
+    try:
+        offset = max(0, int(params.get("offset", "0")))
+        limit = min(MAX_PAGE, max(1, int(params.get("limit", "100"))))
+    except ValueError:
+        raise HTTPException(400, "offset and limit must be integers") from None
+    return offset, limit, params.get("q", "")

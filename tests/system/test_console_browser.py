@@ -1,0 +1,150 @@
+"""The console in headless Chromium (Debian's /usr/bin/chromium driven by Playwright) against a
+real gateway: the stream picture shows a split and a merge made through the scale route, and
+a group's lag falls to 0 as a real consumer catches up. Screenshots go to the test's tmp dir."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.gateway import Gateway
+
+CHROMIUM = "/usr/bin/chromium"
+pytestmark = pytest.mark.skipif(
+    not os.access(CHROMIUM, os.X_OK), reason=f"no Chromium at {CHROMIUM} (Debian's chromium)"
+)
+
+
+def _post(url: str, body: dict[str, Any]) -> dict[str, Any]:
+    request = urllib.request.Request(url, json.dumps(body).encode(), method="POST")
+    with urllib.request.urlopen(request, timeout=15) as response:
+        answer: dict[str, Any] = json.loads(response.read())
+        return answer
+
+
+def _get(url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(url, timeout=15) as response:
+        answer: dict[str, Any] = json.loads(response.read())
+        return answer
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    base = tmp_path_factory.mktemp("console")
+    gw = Gateway(base / "data", base / "server.log", metrics=True, default_partitions=8)
+    gw.start_fresh()
+    try:
+        yield gw
+    finally:
+        gw.close()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright for Python")
+    with sync_api.sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+def _produce(bootstrap: str, topic: str, count: int) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i in range(count):
+        producer.produce(topic, key=str(i).encode(), value=b"v" * 64)
+    assert producer.flush(30) == 0
+
+
+def test_stream_picture_shows_split_and_merge(
+    gateway: Gateway, browser: Any, tmp_path: Path
+) -> None:
+    topic = f"picture-{uuid.uuid4().hex[:6]}"
+    _produce(gateway.bootstrap, topic, 200)
+    base = gateway.admin_url
+    first = _get(f"{base}/streams/{topic}")["segments"][0]["segment_id"]
+    split = _post(f"{base}/streams/{topic}/scale", {"split": first, "parts": 2})
+    halves = [s["segment_id"] for s in split["successors"]]
+    _produce(gateway.bootstrap, topic, 200)
+    time.sleep(1.5)  # the halves get a visible width in the picture
+    merged = _post(f"{base}/streams/{topic}/scale", {"merge": halves})["successors"][0]
+
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(f"{base}/#/topic/{topic}")
+    page.wait_for_selector("#stream-picture rect.seg.open")
+    bands = page.eval_on_selector_all(
+        "#stream-picture rect.seg",
+        "els => els.map(e => [Number(e.dataset.segmentId), e.dataset.state,"
+        " Number(e.dataset.first), Number(e.dataset.last)])",
+    )
+    by_id = {band[0]: band for band in bands}
+    assert by_id[first][1] == "sealed" and (by_id[first][2], by_id[first][3]) == (0, 7)
+    assert [by_id[h][1] for h in halves] == ["sealed", "sealed"]
+    assert sorted((by_id[h][2], by_id[h][3]) for h in halves) == [(0, 3), (4, 7)]
+    assert by_id[merged["segment_id"]][1:] == ["open", 0, 7]
+    events = "#stream-picture g.event"
+    kinds = page.eval_on_selector_all(events, "els => els.map(e => e.dataset.kind)")
+    assert kinds == ["split", "merge"]
+    causes = page.eval_on_selector_all(f"{events} title", "els => els.map(e => e.textContent)")
+    assert all("manual" in cause for cause in causes), causes
+    page.screenshot(path=str(tmp_path / "stream-picture.png"), full_page=True)
+
+    page.goto(f"{base}/#/topics")
+    page.wait_for_selector(f'#topics tr[data-topic="{topic}"]')
+    page.screenshot(path=str(tmp_path / "topics.png"), full_page=True)
+    page.close()
+
+
+def test_group_lag_falls_to_zero(gateway: Gateway, browser: Any, tmp_path: Path) -> None:
+    from confluent_kafka import Consumer
+
+    topic, group = f"lag-{uuid.uuid4().hex[:6]}", f"g-{uuid.uuid4().hex[:6]}"
+    _produce(gateway.bootstrap, topic, 400)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": gateway.bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe([topic])
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    try:
+        read = 0
+        while read < 100:  # part of the topic, committed: lag stays
+            message = consumer.poll(1.0)
+            if message is not None and message.error() is None:
+                read += 1
+        consumer.commit(asynchronous=False)
+        page.goto(f"{gateway.admin_url}/#/group/{group}")
+        page.wait_for_function(
+            "() => Number(document.querySelector('#group-lag')?.dataset.lag) > 0", timeout=20_000
+        )
+        page.screenshot(path=str(tmp_path / "group-lagging.png"), full_page=True)
+        while read < 400:
+            message = consumer.poll(1.0)
+            if message is not None and message.error() is None:
+                read += 1
+        consumer.commit(asynchronous=False)
+        page.wait_for_function(
+            "() => document.querySelector('#group-lag')?.dataset.lag === '0'", timeout=20_000
+        )
+        page.screenshot(path=str(tmp_path / "group-caught-up.png"), full_page=True)
+        page.goto(f"{gateway.admin_url}/#/groups")
+        page.wait_for_selector(f'#groups tr[data-group="{group}"]')
+        page.screenshot(path=str(tmp_path / "groups.png"), full_page=True)
+    finally:
+        page.close()
+        consumer.close()
