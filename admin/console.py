@@ -20,11 +20,11 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from admin.auth import AdminSecurity
+from admin.groups import describe_group, group_ids
 from admin.history import ScaleHistory
 from core.acl.model import Operation, ResourceType
 from core.cluster.view import CLUSTER
 from core.groups import GroupCoordinator
-from core.groups.consumer_protocol import assigned_partitions
 from core.store import StreamStore
 from core.stream.stream import Stream
 
@@ -107,10 +107,11 @@ class Console:
         return JSONResponse(self.history.describe(topic))
 
     def _group_ids(self) -> list[str]:
-        if self.groups is None:
-            return []
-        live = {g.group_id for g in self.groups.list_groups()}
-        return sorted(live | set(self.groups.offsets.group_ids()))
+        return [] if self.groups is None else group_ids(self.groups)
+
+    def _describe_group(self, group_id: str) -> dict[str, Any]:
+        assert self.groups is not None
+        return describe_group(self.store, self.groups, group_id)
 
     def _may_describe_group(self, request: Request, principal: str, group_id: str) -> bool:
         return self.security.allowed(
@@ -147,58 +148,6 @@ class Console:
         if group_id not in self._group_ids():
             raise HTTPException(404, f"no group {group_id!r}")
         return JSONResponse(self._describe_group(group_id))
-
-    def _describe_group(self, group_id: str) -> dict[str, Any]:
-        assert self.groups is not None
-        group = self.groups.group(group_id)
-        members = []
-        owner: dict[tuple[str, int], str] = {}
-        if group is not None:
-            for member in group.members.values():
-                try:
-                    assignment = assigned_partitions(member.assignment)
-                except Exception:  # noqa: BLE001 - a non-consumer protocol: opaque bytes
-                    assignment = {}
-                for topic, partitions in assignment.items():
-                    for partition in partitions:
-                        owner[(topic, partition)] = member.member_id
-                members.append(
-                    {
-                        "member_id": member.member_id,
-                        "group_instance_id": member.group_instance_id,
-                        "client_id": member.client_id,
-                        "client_host": member.client_host,
-                        "assignment": assignment,
-                    }
-                )
-        committed = {(c.topic, c.partition): c.offset for c in self.groups.all_committed(group_id)}
-        offsets = []
-        for topic, partition in sorted(committed.keys() | owner.keys()):
-            stream = self.store.streams.get(topic)
-            end = None
-            if stream is not None and stream.has_partition(partition):
-                end = stream.partition(partition).high_watermark
-            offset = committed.get((topic, partition))
-            lag = None if end is None or offset is None else max(0, end - offset)
-            offsets.append(
-                {
-                    "topic": topic,
-                    "partition": partition,
-                    "committed": offset,
-                    "end": end,
-                    "lag": lag,
-                    "member": owner.get((topic, partition)),
-                }
-            )
-        return {
-            "group_id": group_id,
-            "state": group.state.value if group is not None else "Empty",
-            "protocol_type": group.protocol_type if group is not None else None,
-            "protocol": group.protocol_name if group is not None else None,
-            "generation": group.generation_id if group is not None else 0,
-            "members": members,
-            "offsets": offsets,
-        }
 
     async def nodes(self, request: Request) -> Response:
         await self.security.require(request, Operation.DESCRIBE)

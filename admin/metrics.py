@@ -16,15 +16,54 @@ from prometheus_client.registry import Collector
 
 from admin.compaction import compaction_metrics
 from admin.describe import describe_tier, segment_state
+from admin.groups import describe_group, group_ids
+from core.groups import GroupCoordinator
 from core.segments.commit_times import COMMIT_TIMES
 from core.store import StreamStore
 
 
-def store_registry(store: StreamStore) -> CollectorRegistry:
-    """A registry of its own (not the process-wide default) holding the store's collector."""
+def store_registry(store: StreamStore, groups: GroupCoordinator | None = None) -> CollectorRegistry:
+    """A registry of its own (not the process-wide default) holding the store's collector
+    and, with a group coordinator, the consumer groups' lag."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(StoreCollector(store))
+    if groups is not None:
+        registry.register(GroupLagCollector(store, groups))
     return registry
+
+
+class GroupLagCollector(Collector):
+    """Per group and partition: committed offset and lag behind the high watermark (only
+    partitions with a committed offset; the console shows the others)."""
+
+    def __init__(self, store: StreamStore, groups: GroupCoordinator) -> None:
+        self.store = store
+        self.groups = groups
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["group", "topic", "partition"]
+        lag = GaugeMetricFamily(
+            "streamgate_group_lag",
+            "Records from the committed offset to the end",
+            labels=labels,
+        )
+        committed = GaugeMetricFamily(
+            "streamgate_group_committed_offset", "The group's committed offset", labels=labels
+        )
+        members = GaugeMetricFamily(
+            "streamgate_group_members", "Members of the group", labels=["group"]
+        )
+        for group_id in group_ids(self.groups):
+            described = describe_group(self.store, self.groups, group_id)
+            members.add_metric([group_id], len(described["members"]))
+            for row in described["offsets"]:
+                if row["committed"] is None:
+                    continue
+                row_labels = [group_id, row["topic"], str(row["partition"])]
+                committed.add_metric(row_labels, row["committed"])
+                if row["lag"] is not None:
+                    lag.add_metric(row_labels, row["lag"])
+        yield from (lag, committed, members)
 
 
 class StoreCollector(Collector):

@@ -29,7 +29,7 @@ class AdminServer:
     ) -> None:
         self.store = store
         self.security = security or AdminSecurity()
-        self.api = AdminApi(store, store_registry(store), self.security)
+        self.api = AdminApi(store, store_registry(store, groups), self.security)
         self.console = Console(store, groups, self.security)
         self.app = build_app(self.api.routes() + self.console.routes())
 

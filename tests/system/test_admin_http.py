@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import http.client
 import json
+import re
 import subprocess
 import sys
 import uuid
@@ -239,3 +240,88 @@ def test_acl_allows_reading_but_not_scaling(secured: tuple[Gateway, str, str]) -
     status, _, answer = _request(port, "POST", f"/streams/{topic}/scale", split, user="admin")
     assert status == 200 and answer["kind"] == "split", answer
     assert _request(port, "GET", "/metrics", user="admin")[0] == 200
+
+
+def _exported_names(exposition: str) -> set[str]:
+    """Every series name a scrape can hold: sample names, and from each `# TYPE` line the
+    names its type implies (a counter's _total, a histogram's _bucket/_sum/_count)."""
+    names = set()
+    for line in exposition.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ", 3)
+            suffixes = {
+                "counter": ["_total", "_created"],
+                "histogram": ["_bucket", "_sum", "_count"],
+            }.get(kind, [""])
+            names.update(name + suffix for suffix in suffixes)
+        elif line and not line.startswith("#"):
+            names.add(re.split(r"[{ ]", line, maxsplit=1)[0])
+    return names
+
+
+def test_grafana_dashboard_names_only_exported_metrics(open_gateway: Gateway) -> None:
+    from confluent_kafka import Consumer
+
+    topic, group = f"dash-{uuid.uuid4().hex[:6]}", f"dash-{uuid.uuid4().hex[:6]}"
+    _produce(open_gateway.bootstrap, topic)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": open_gateway.bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    consumer.subscribe([topic])
+    while consumer.poll(1.0) is None:
+        pass
+    consumer.commit(asynchronous=False)
+    consumer.close()
+    assert open_gateway.metrics_port is not None
+    status, _, exposition = _request(open_gateway.metrics_port, "GET", "/metrics")
+    assert status == 200
+    exported = _exported_names(exposition)
+    assert "streamgate_group_lag" in exported and "streamgate_wal_commit_seconds_bucket" in exported
+    dashboard = json.loads((REPO_ROOT / "dashboards" / "streamgate.json").read_text())
+    queries = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    assert len(queries) >= 12
+    for query in queries:
+        names = set(re.findall(r"\bstreamgate_[a-z0-9_]+", query))
+        assert names, f"no streamgate metric in {query!r}"
+        assert names <= exported, f"{query!r} names {sorted(names - exported)}, not exported"
+
+
+def test_console_routes_are_paged(open_gateway: Gateway) -> None:
+    port = open_gateway.metrics_port
+    assert port is not None
+    prefix = f"page-{uuid.uuid4().hex[:6]}"
+    for i in range(5):
+        _produce(open_gateway.bootstrap, f"{prefix}-{i}")
+    status, _, page = _request(port, "GET", f"/api/topics?q={prefix}&offset=1&limit=2")
+    assert status == 200 and page["total"] == 5
+    assert [t["topic"] for t in page["topics"]] == [f"{prefix}-1", f"{prefix}-2"]
+    row = page["topics"][0]
+    assert row["partitions"] == 4 and row["open_segments"] == 1 and row["bytes_in"] > 0
+    assert _request(port, "GET", "/api/topics?limit=x")[0] == 400
+    status, _, history = _request(port, "GET", f"/streams/{prefix}-0/history")
+    assert status == 200 and history["segments"][0]["state"] == "open"
+    assert _request(port, "GET", "/streams/nope/history")[0] == 404
+    status, _, nodes = _request(port, "GET", "/api/nodes")
+    assert status == 200 and nodes["cluster"] is False
+    assert _request(port, "GET", "/api/groups/nope")[0] == 404
+    status, headers, html = _request(port, "GET", "/")
+    assert status == 200 and "console.js" in html
+    assert _request(port, "GET", "/console/console.js")[0] == 200
+    assert _request(port, "GET", "/console/..%2fauth.py")[0] == 404
+
+
+def test_console_needs_credentials_too(secured: tuple[Gateway, str, str]) -> None:
+    gw, _, topic = secured
+    port = gw.metrics_port
+    assert port is not None
+    assert _request(port, "GET", "/")[0] == 401
+    assert _request(port, "GET", "/api/topics")[0] == 401
+    status, _, page = _request(port, "GET", "/api/topics", user="alice")
+    assert status == 200 and [t["topic"] for t in page["topics"]] == [topic]
+    assert _request(port, "GET", f"/streams/{topic}/history", user="mallory")[0] == 403
+    assert _request(port, "GET", "/api/nodes", user="alice")[0] == 403
+    assert _request(port, "GET", "/", user="alice")[0] == 200
