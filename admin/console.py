@@ -31,6 +31,7 @@ from core.stream.stream import Stream
 STATIC = Path(__file__).with_name("static")
 PAGES = {"console.js": "text/javascript", "console.css": "text/css"}
 MAX_PAGE = 500
+MAX_LED = 50  # segments listed per node (the count covers all)
 
 
 class Console:
@@ -152,8 +153,18 @@ class Console:
     async def nodes(self, request: Request) -> Response:
         await self.security.require(request, Operation.DESCRIBE)
         counts = CLUSTER.open_segment_counts() if CLUSTER.enabled else {}
+        led: dict[int, list[str]] = {}
+        for topic, segments in sorted(CLUSTER.segment_nodes.items()):
+            for segment_id, node in sorted(segments.items()):
+                led.setdefault(node, []).append(f"{topic}/{segment_id}")
         nodes = [
-            {"node_id": node_id, "host": host, "port": port, "open_segments": counts.get(node_id)}
+            {
+                "node_id": node_id,
+                "host": host,
+                "port": port,
+                "open_segments": counts.get(node_id),
+                "segments": led.get(node_id, [])[:MAX_LED],
+            }
             for node_id, host, port in sorted(CLUSTER.brokers)
         ]
         return JSONResponse(

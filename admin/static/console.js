@@ -267,9 +267,11 @@ function nodesView() {
     const data = await getJSON("/api/nodes");
     if (!current()) return;
     area.innerHTML = data.cluster
-      ? `<table id="nodes"><thead><tr><th>node</th><th>address</th><th class="num">open segments</th></tr></thead><tbody>
+      ? `<table id="nodes"><thead><tr><th>node</th><th>address</th><th class="num">open segments</th>
+        <th>segments it leads (topic/segment)</th></tr></thead><tbody>
         ${data.nodes.map((n) => `<tr data-node="${n.node_id}"><td>${n.node_id}${n.node_id === data.this_node ? " (this node)" : ""}</td>
-          <td>${esc(n.host)}:${n.port}</td><td class="num">${n.open_segments ?? 0}</td></tr>`).join("")}</tbody></table>`
+          <td>${esc(n.host)}:${n.port}</td><td class="num">${n.open_segments ?? 0}</td>
+          <td>${n.segments.map((s) => `<a href="#/topic/${encodeURIComponent(s.split("/")[0])}">${esc(s)}</a>`).join(", ") || "–"}</td></tr>`).join("")}</tbody></table>`
       : `<p class="muted">A single node (no --metadata postgresql://…): every segment is led here.</p>`;
   });
 }

@@ -1,6 +1,7 @@
 """The console in headless Chromium (Debian's /usr/bin/chromium driven by Playwright) against a
-real gateway: the stream picture shows a split and a merge made through the scale route, and
-a group's lag falls to 0 as a real consumer catches up. Screenshots go to the test's tmp dir."""
+real gateway: the stream picture shows a split and a merge made through the scale route,
+a group's lag falls to 0 as a real consumer catches up, and the nodes page of a three-node
+cluster (PostgreSQL metadata) shows the three. Screenshots go to the test's tmp dir."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.nodes import gateway_args, pg_url, postgres, requires_postgres, running  # noqa: F401
 
 from harness.gateway import Gateway
 
@@ -148,3 +150,42 @@ def test_group_lag_falls_to_zero(gateway: Gateway, browser: Any, tmp_path: Path)
     finally:
         page.close()
         consumer.close()
+
+
+@requires_postgres
+def test_nodes_page_shows_three_nodes(
+    tmp_path: Path,
+    pg_url: str,  # noqa: F811
+    browser: Any,
+) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    nodes = [
+        Gateway(
+            tmp_path / f"n{i}",
+            tmp_path / f"n{i}.log",
+            [*gateway_args(pg_url, i, multi_node=True), "--tier2", str(tmp_path / "t2")],
+            metrics=True,
+            env={"STREAMGATE_PLACEMENT": "least-loaded"},
+        )
+        for i in (1, 2, 3)
+    ]
+    with running(nodes):
+        admin = AdminClient({"bootstrap.servers": nodes[0].bootstrap})
+        topic = f"spread-{uuid.uuid4().hex[:6]}"
+        for future in admin.create_topics([NewTopic(topic, 6)]).values():
+            future.result(timeout=30)
+        page = browser.new_page(viewport={"width": 1280, "height": 700})
+        try:
+            page.goto(f"{nodes[0].admin_url}/#/nodes")
+            page.wait_for_function(
+                "() => document.querySelectorAll('#nodes tr[data-node]').length === 3",
+                timeout=30_000,
+            )
+            shown = page.eval_on_selector_all(
+                "#nodes tr[data-node]", "els => els.map(e => Number(e.dataset.node))"
+            )
+            assert shown == [1, 2, 3]
+            page.screenshot(path=str(tmp_path / "nodes.png"), full_page=True)
+        finally:
+            page.close()
