@@ -371,7 +371,7 @@ def check_admin_exposure(settings: Settings) -> str | None:
     return (
         f"--metrics-listen {host or '*'}:{settings.metrics_listen[1]} is reachable from the "
         "network but needs no credentials (no SASL listener): scale and move would be open "
-        "to anyone; add a SASL listener, bind it to 127.0.0.1, or pass --admin-insecure"
+        "to anyone; add a SASL listener, bind it to 127.0.0.1, or pass --admin-insecure true"
     )
 
 

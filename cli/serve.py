@@ -120,9 +120,10 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     serve_cmd.add_argument(
         "--admin-insecure",
-        action="store_true",
-        default=_env("ADMIN_INSECURE", "") == "true",
-        help="allow --metrics-listen on a non-loopback address without authentication "
+        type=_bool,
+        default=_bool(_env("ADMIN_INSECURE", "false") or "false"),
+        metavar="true|false",
+        help="true: allow --metrics-listen on a non-loopback address without authentication "
         "(no SASL listener): anyone who reaches it may scale and move segments "
         "(STREAMGATE_ADMIN_INSECURE=true)",
     )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import http.client
 import json
+import os
 import re
 import subprocess
 import sys
@@ -139,6 +140,17 @@ def test_refuses_non_loopback_without_authentication(tmp_path: Path) -> None:
     assert done.returncode != 0
     lines = [line for line in done.stderr.splitlines() if "--admin-insecure" in line]
     assert len(lines) == 1 and "no credentials" in lines[0], done.stderr
+    # Said explicitly, it starts.
+    insecure = Gateway(
+        tmp_path / "data",
+        tmp_path / "insecure.log",
+        ["--metrics-listen", "0.0.0.0:0", "--admin-insecure", "true"],
+    )
+    insecure.start_fresh()
+    try:
+        assert "admin/metrics HTTP on 0.0.0.0:" in insecure.log_text()
+    finally:
+        insecure.close()
 
 
 def _add_user(data_dir: Path, name: str) -> None:
@@ -325,3 +337,29 @@ def test_console_needs_credentials_too(secured: tuple[Gateway, str, str]) -> Non
     assert _request(port, "GET", f"/streams/{topic}/history", user="mallory")[0] == 403
     assert _request(port, "GET", "/api/nodes", user="alice")[0] == 403
     assert _request(port, "GET", "/", user="alice")[0] == 200
+
+
+def test_streams_command_with_credentials(secured: tuple[Gateway, str, str]) -> None:
+    gw, _, topic = secured
+    port = gw.metrics_port
+
+    def streams(*args: str, admin: str, env: dict[str, str] | None = None) -> Any:
+        command = [sys.executable, "-m", "gateway", "streams", *args, topic, "--admin", admin]
+        return subprocess.run(
+            command,
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            env={**os.environ, **(env or {})},
+        )
+
+    plain = f"http://127.0.0.1:{port}"
+    assert streams("describe", admin=plain).returncode == 1
+    done = streams("describe", admin=f"http://alice:{PASSWORDS['alice']}@127.0.0.1:{port}")
+    assert done.returncode == 0 and "Partitions: 4" in done.stdout, done.stderr
+    env = {"STREAMGATE_ADMIN_USER": "alice", "STREAMGATE_ADMIN_PASSWORD": PASSWORDS["alice"]}
+    assert streams("describe", admin=plain, env=env).returncode == 0
+    refused = streams("scale", "--merge", "1,2", admin=plain, env=env)
+    assert refused.returncode == 1 and "may not ALTER" in refused.stderr
