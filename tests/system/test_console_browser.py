@@ -15,11 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.confluent import create_topic
 from support.nodes import gateway_args, pg_url, postgres, requires_postgres, running  # noqa: F401
+from support.scaling import finish, run_producers
 
 from harness.gateway import Gateway
 
 CHROMIUM = "/usr/bin/chromium"
+# a scaler that reacts in seconds (as in test_scaling.py); topics scale only by their policy
+FAST_SCALER = ("--scaling-window-s", "1.5", "--scaling-interval-s", "0.25")
 pytestmark = pytest.mark.skipif(
     not os.access(CHROMIUM, os.X_OK), reason=f"no Chromium at {CHROMIUM} (Debian's chromium)"
 )
@@ -41,7 +45,9 @@ def _get(url: str) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     base = tmp_path_factory.mktemp("console")
-    gw = Gateway(base / "data", base / "server.log", metrics=True, default_partitions=8)
+    gw = Gateway(
+        base / "data", base / "server.log", FAST_SCALER, metrics=True, default_partitions=8
+    )
     gw.start_fresh()
     try:
         yield gw
@@ -106,6 +112,36 @@ def test_stream_picture_shows_split_and_merge(
     page.wait_for_selector(f'#topics tr[data-topic="{topic}"]')
     page.screenshot(path=str(tmp_path / "topics.png"), full_page=True)
     page.close()
+
+
+def test_picture_follows_the_policy_live(gateway: Gateway, browser: Any, tmp_path: Path) -> None:
+    """Load splits the stream and idleness merges it while the page is open: the picture
+    updates by polling and tells the policy's cause."""
+    topic = f"live-{uuid.uuid4().hex[:6]}"
+    policy = {"streamgate.scaling.policy": "data-rate", "streamgate.scaling.target.rate": "4"}
+    create_topic(gateway.bootstrap, topic, 8, policy)
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    try:
+        page.goto(f"{gateway.admin_url}/#/topic/{topic}")
+        page.wait_for_selector("#stream-picture rect.seg.open")
+        producers, stop = run_producers(gateway.bootstrap, topic, 2, value_bytes=200, pause=0.005)
+        try:
+            page.wait_for_selector(
+                '#stream-picture g.event[data-kind="split"]', state="attached", timeout=30_000
+            )
+        finally:
+            finish(producers, stop)
+        page.screenshot(path=str(tmp_path / "policy-split.png"), full_page=True)
+        page.wait_for_selector(
+            '#stream-picture g.event[data-kind="merge"]', state="attached", timeout=30_000
+        )
+        page.screenshot(path=str(tmp_path / "policy-merge.png"), full_page=True)
+        causes = page.eval_on_selector_all(
+            "#stream-picture g.event title", "els => els.map(e => e.textContent)"
+        )
+        assert causes and all("cause: policy: " in cause for cause in causes), causes
+    finally:
+        page.close()
 
 
 def test_group_lag_falls_to_zero(gateway: Gateway, browser: Any, tmp_path: Path) -> None:
