@@ -5,6 +5,7 @@
     GET /api/groups?offset=&limit=&q=   a page of consumer groups with their total lag
     GET /api/groups/GROUP                members, assignments, committed offsets, lag
     GET /api/nodes                       the cluster's live nodes and their open segments
+    GET /api/transactions                the transaction coordinator's transactional ids
 Every list is paged (limit at most MAX_PAGE) and holds only what the principal may
 DESCRIBE, so 1,000 topics cost one page of work per poll.
 """
@@ -27,6 +28,7 @@ from core.cluster.view import CLUSTER
 from core.groups import GroupCoordinator
 from core.store import StreamStore
 from core.stream.stream import Stream
+from core.txn import TransactionCoordinator
 
 STATIC = Path(__file__).with_name("static")
 PAGES = {"console.js": "text/javascript", "console.css": "text/css"}
@@ -36,10 +38,15 @@ MAX_LED = 50  # segments listed per node (the count covers all)
 
 class Console:
     def __init__(
-        self, store: StreamStore, groups: GroupCoordinator | None, security: AdminSecurity
+        self,
+        store: StreamStore,
+        groups: GroupCoordinator | None,
+        security: AdminSecurity,
+        transactions: TransactionCoordinator | None = None,
     ) -> None:
         self.store = store
         self.groups = groups
+        self.transactions = transactions
         self.security = security
         self.history = ScaleHistory(store)
 
@@ -52,6 +59,7 @@ class Console:
             Route("/api/groups", self.group_list, methods=["GET"]),
             Route("/api/groups/{group}", self.group, methods=["GET"]),
             Route("/api/nodes", self.nodes, methods=["GET"]),
+            Route("/api/transactions", self.transaction_list, methods=["GET"]),
         ]
 
     async def index(self, request: Request) -> Response:
@@ -170,6 +178,50 @@ class Console:
         return JSONResponse(
             {"cluster": CLUSTER.enabled, "this_node": CLUSTER.node_id, "nodes": nodes}
         )
+
+    async def transaction_list(self, request: Request) -> Response:
+        """Transactional ids the principal may DESCRIBE, open ones (Ongoing, Prepare*) first."""
+        principal = await self.security.principal(request)
+        offset, limit, query = _page(request)
+        records = [
+            r
+            for r in (self.transactions.list_transactions() if self.transactions else [])
+            if query in r.transactional_id
+            and self.security.allowed(
+                request,
+                principal,
+                Operation.DESCRIBE,
+                ResourceType.TRANSACTIONAL_ID,
+                r.transactional_id,
+            )
+        ]
+        records.sort(key=lambda r: (not _is_open(r.state), r.transactional_id))
+        rows = [
+            {
+                "transactional_id": r.transactional_id,
+                "producer_id": r.producer_id,
+                "epoch": r.epoch,
+                "state": r.state,
+                "open": _is_open(r.state),
+                "timeout_ms": r.timeout_ms,
+                "start_ms": r.start_ms,
+                "partitions": [f"{p.topic}-{p.partition}" for p in r.partitions],
+            }
+            for r in records[offset : offset + limit]
+        ]
+        return JSONResponse(
+            {
+                "total": len(records),
+                "open": sum(_is_open(r.state) for r in records),
+                "offset": offset,
+                "limit": limit,
+                "transactions": rows,
+            }
+        )
+
+
+def _is_open(state: str) -> bool:
+    return state in ("Ongoing", "PrepareCommit", "PrepareAbort")
 
 
 def _page(request: Request) -> tuple[int, int, str]:

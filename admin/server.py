@@ -16,6 +16,7 @@ from admin.console import Console
 from admin.metrics import store_registry
 from core.groups import GroupCoordinator
 from core.store import StreamStore
+from core.txn import TransactionCoordinator
 
 KEEP_ALIVE_S = 30.0  # browsers and Prometheus reuse connections between polls
 
@@ -26,11 +27,12 @@ class AdminServer:
         store: StreamStore,
         security: AdminSecurity | None = None,
         groups: GroupCoordinator | None = None,
+        transactions: TransactionCoordinator | None = None,
     ) -> None:
         self.store = store
         self.security = security or AdminSecurity()
         self.api = AdminApi(store, store_registry(store, groups), self.security)
-        self.console = Console(store, groups, self.security)
+        self.console = Console(store, groups, self.security, transactions)
         self.app = build_app(self.api.routes() + self.console.routes())
 
     async def serve(

@@ -129,7 +129,7 @@ async def serve(settings: Settings) -> None:
                         host, metrics_port = settings.metrics_listen
                         security = AdminSecurity(credentials, _uses_sasl(settings), authorizer)
                         _, bound_port = await server_nursery.start(
-                            AdminServer(store, security, groups).serve, host, metrics_port
+                            AdminServer(store, security, groups, txns).serve, host, metrics_port
                         )
                         log.info("admin/metrics HTTP on %s:%d", host, bound_port)
                     listeners = await server_nursery.start(

@@ -22,6 +22,10 @@ function bytes(n) {
   return `${n.toFixed(i ? 1 : 0)} ${units[i]}`;
 }
 
+function seconds(value) {
+  return value === null || value === undefined ? "–" : `${value.toFixed(2)} s`;
+}
+
 function clock(ms) {
   return new Date(ms).toLocaleTimeString([], { hour12: false });
 }
@@ -46,6 +50,7 @@ const routes = [
   [/^#\/groups$/, groupsView],
   [/^#\/group\/(.+)$/, groupView],
   [/^#\/nodes$/, nodesView],
+  [/^#\/gateway$/, gatewayView],
 ];
 
 function route() {
@@ -206,7 +211,7 @@ function topicView(topic) {
       <th>node</th><th class="num">size</th><th class="num">KiB/s</th><th class="num">events/s</th></tr></thead><tbody>
       ${open.map((s) => `<tr><td>${s.segment_id}</td><td>${s.first_partition}–${s.last_partition}</td>
         <td class="num">${s.epoch}</td><td>${s.node ?? "–"}</td><td class="num">${bytes(s.size_bytes)}</td>
-        <td class="num">${s.rate_kib_per_s}</td><td class="num">${s.rate_events_per_s}</td></tr>`).join("")}</tbody></table>
+        <td class="num">${s.rate_kib_per_s.toFixed(1)}</td><td class="num">${s.rate_events_per_s.toFixed(1)}</td></tr>`).join("")}</tbody></table>
       <h2>Scale events</h2><table><thead><tr><th>time</th><th>kind</th><th class="num">epoch</th>
       <th>sealed → opened</th><th>cause</th></tr></thead><tbody>
       ${events || `<tr><td colspan="5" class="muted">none since ${clock(history.since_ms)}</td></tr>`}</tbody></table>`;
@@ -273,6 +278,39 @@ function nodesView() {
           <td>${esc(n.host)}:${n.port}</td><td class="num">${n.open_segments ?? 0}</td>
           <td>${n.segments.map((s) => `<a href="#/topic/${encodeURIComponent(s.split("/")[0])}">${esc(s)}</a>`).join(", ") || "–"}</td></tr>`).join("")}</tbody></table>`
       : `<p class="muted">A single node (no --metadata postgresql://…): every segment is led here.</p>`;
+  });
+}
+
+// --- tiers, compaction, transactions ----------------------------------------------------
+
+function gatewayView() {
+  polled(`<h1>Tiers, compaction, transactions</h1><div class="area"></div>`, async (area, current) => {
+    const [tier, compaction, txns] = await Promise.all([
+      getJSON("/tier"), getJSON("/compaction"), getJSON("/api/transactions?limit=100")]);
+    if (!current()) return;
+    const compacted = Object.entries(compaction.topics || {}).flatMap(([topic, parts]) =>
+      Object.entries(parts).map(([p, st]) => `<tr><td>${esc(topic)}</td><td class="num">${p}</td>
+        <td class="num">${st.compacted_end}</td><td class="num">${st.cleanable_end}</td>
+        <td class="num">${bytes(st.cleanable_bytes)}</td><td class="num">${bytes(st.dirty_bytes)}</td>
+        <td class="num">${(100 * st.dirty_ratio).toFixed(1)} %</td></tr>`)).join("");
+    area.innerHTML = `<h2>Tiers</h2><dl class="kv" id="tier">
+      <dt>tier 2</dt><dd>${esc(tier.tier2)}${tier.outage ? " <b>(unreachable)</b>" : ""}</dd>
+      <dt>tier-1 pending / budget</dt><dd>${bytes(tier.tier1_pending_bytes)} / ${bytes(tier.tier1_budget_bytes)}</dd>
+      <dt>uploaded</dt><dd>${tier.chunks_uploaded} chunks, ${bytes(tier.bytes_uploaded)}; ${tier.upload_errors} errors</dd>
+      <dt>upload lag p50 / p99</dt><dd>${seconds(tier.tier2_upload_lag_p50_seconds)} / ${seconds(tier.tier2_upload_lag_p99_seconds)}</dd></dl>
+      <h2>Compaction</h2>${compaction.runs === undefined ? `<p class="muted">off</p>` : `<dl class="kv" id="compaction">
+      <dt>runs</dt><dd>${compaction.runs}${compaction.running ? " (running now)" : ""}, every ${compaction.interval_s} s</dd>
+      <dt>reclaimed</dt><dd>${bytes(compaction.bytes_reclaimed)} (${compaction.records_removed} records)</dd></dl>
+      <table><thead><tr><th>topic</th><th class="num">partition</th><th class="num">compacted to</th>
+      <th class="num">cleanable to</th><th class="num">cleanable</th><th class="num">dirty</th><th class="num">dirty ratio</th></tr></thead>
+      <tbody>${compacted || `<tr><td colspan="7" class="muted">no compacted topics</td></tr>`}</tbody></table>`}
+      <h2>Transactions (${txns.open} open of ${txns.total})</h2><table id="transactions"><thead><tr>
+      <th>transactional id</th><th>state</th><th class="num">producer id</th><th class="num">epoch</th>
+      <th>started</th><th>partitions</th></tr></thead><tbody>
+      ${txns.transactions.map((t) => `<tr data-open="${t.open}"><td>${esc(t.transactional_id)}</td><td>${esc(t.state)}</td>
+        <td class="num">${t.producer_id}</td><td class="num">${t.epoch}</td>
+        <td>${t.open && t.start_ms > 0 ? clock(t.start_ms) : "–"}</td><td>${esc(t.partitions.join(", ")) || "–"}</td></tr>`).join("")
+        || `<tr><td colspan="6" class="muted">no transactional producers</td></tr>`}</tbody></table>`;
   });
 }
 

@@ -225,3 +225,28 @@ def test_nodes_page_shows_three_nodes(
             page.screenshot(path=str(tmp_path / "nodes.png"), full_page=True)
         finally:
             page.close()
+
+
+def test_gateway_page_shows_open_transaction(
+    gateway: Gateway, browser: Any, tmp_path: Path
+) -> None:
+    from confluent_kafka import Producer
+
+    topic, txn_id = f"txn-{uuid.uuid4().hex[:6]}", f"tx-{uuid.uuid4().hex[:6]}"
+    _produce(gateway.bootstrap, topic, 1)
+    producer = Producer({"bootstrap.servers": gateway.bootstrap, "transactional.id": txn_id})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic, b"in a transaction")
+    assert producer.flush(30) == 0
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    try:
+        page.goto(f"{gateway.admin_url}/#/gateway")
+        row = f'#transactions tr[data-open="true"]:has-text("{txn_id}")'
+        page.wait_for_selector(row, timeout=20_000)
+        assert "Ongoing" in page.inner_text(row)
+        page.screenshot(path=str(tmp_path / "gateway.png"), full_page=True)
+        producer.commit_transaction(30)
+        page.wait_for_selector(f'#transactions tr[data-open="false"]:has-text("{txn_id}")')
+    finally:
+        page.close()
