@@ -18,6 +18,9 @@ from core.groups import GroupCoordinator
 from core.store import StreamStore
 from core.txn import TransactionCoordinator
 
+# Hypercorn's own lines: its warnings and errors (its "Running on" line repeats ours)
+_HYPERCORN_LOG = logging.getLogger("admin.hypercorn")
+_HYPERCORN_LOG.setLevel(logging.WARNING)
 KEEP_ALIVE_S = 30.0  # browsers and Prometheus reuse connections between polls
 
 
@@ -47,7 +50,7 @@ class AdminServer:
         config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
         config.keep_alive_timeout = KEEP_ALIVE_S
         config.accesslog = None
-        config.errorlog = logging.getLogger("hypercorn.error")
+        config.errorlog = _HYPERCORN_LOG
         config.include_server_header = False
         async with trio.open_nursery() as nursery:
             app = functools.partial(serve, self.app, config)  # type: ignore[arg-type]
