@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import ssl
 
 import trio
 from hypercorn.config import Config
@@ -42,10 +43,12 @@ class AdminServer:
         self,
         host: str,
         port: int,
+        tls: ssl.SSLContext | None = None,
         task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Serve until cancelled; starts with the bound (host, port) (port 0: a free one)."""
-        config = Config()
+        """Serve until cancelled, over HTTPS with `tls`; starts with the bound (host, port)
+        (port 0: a free one)."""
+        config = _TlsConfig(tls) if tls is not None else Config()
         host = host or "0.0.0.0"  # --metrics-listen :PORT
         config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
         config.keep_alive_timeout = KEEP_ALIVE_S
@@ -57,3 +60,20 @@ class AdminServer:
             binds: list[str] = await nursery.start(app)
             bound_host, _, bound_port = binds[0].split("://", 1)[1].rpartition(":")
             task_status.started((bound_host.strip("[]"), int(bound_port)))
+
+
+class _TlsConfig(Config):
+    """Hypercorn's config with the gateway's own TLS context (Hypercorn builds one from
+    file names otherwise); ALPN offers HTTP/2 and HTTP/1.1."""
+
+    def __init__(self, context: ssl.SSLContext) -> None:
+        super().__init__()
+        context.set_alpn_protocols(["h2", "http/1.1"])
+        self._context = context
+
+    @property
+    def ssl_enabled(self) -> bool:
+        return True
+
+    def create_ssl_context(self) -> ssl.SSLContext:
+        return self._context

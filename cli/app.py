@@ -54,6 +54,7 @@ class Settings:
     group_initial_rebalance_delay_ms: int = 300
     metrics_listen: tuple[str, int] | None = None  # admin/metrics HTTP endpoint, off if None
     admin_insecure: bool = False  # allow the admin endpoint off loopback without SASL users
+    admin_tls: ssl.SSLContext | None = None  # HTTPS on the admin endpoint (--admin-tls)
     scaling_window_s: float = 60.0
     scaling_interval_s: float = 5.0
     tier2_url: str | None = None
@@ -128,10 +129,16 @@ async def serve(settings: Settings) -> None:
                     if settings.metrics_listen is not None:
                         host, metrics_port = settings.metrics_listen
                         security = AdminSecurity(credentials, _uses_sasl(settings), authorizer)
+                        admin = AdminServer(store, security, groups, txns)
                         _, bound_port = await server_nursery.start(
-                            AdminServer(store, security, groups, txns).serve, host, metrics_port
+                            admin.serve, host, metrics_port, settings.admin_tls
                         )
-                        log.info("admin/metrics HTTP on %s:%d", host, bound_port)
+                        log.info(
+                            "admin/metrics HTTP%s on %s:%d",
+                            "S" if settings.admin_tls else "",
+                            host,
+                            bound_port,
+                        )
                     listeners = await server_nursery.start(
                         functools.partial(
                             _serve_tcp,

@@ -9,6 +9,8 @@ import http.client
 import json
 import os
 import re
+import socket
+import ssl
 import subprocess
 import sys
 import uuid
@@ -22,6 +24,7 @@ from harness.gateway import REPO_ROOT, Gateway
 from harness.security import SecureListeners, make_certs
 
 PASSWORDS = {"admin": "admin-secret", "alice": "alice-secret", "mallory": "mallory-secret"}
+HTTPS: dict[int, ssl.SSLContext] = {}  # admin port -> a client context trusting its CA
 
 
 def _request(
@@ -36,7 +39,12 @@ def _request(
     if user is not None:
         secret = PASSWORDS[user] if password is None else password
         headers["Authorization"] = "Basic " + base64.b64encode(f"{user}:{secret}".encode()).decode()
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=15)
+    tls = HTTPS.get(port)
+    conn: http.client.HTTPConnection = (
+        http.client.HTTPSConnection("127.0.0.1", port, timeout=15, context=tls)
+        if tls is not None
+        else http.client.HTTPConnection("127.0.0.1", port, timeout=15)
+    )
     try:
         conn.request(method, path, body=body, headers=headers)
         response = conn.getresponse()
@@ -176,7 +184,8 @@ def _sasl(bootstrap: str, user: str) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Gateway, str, str]]:
-    """A gateway with SASL users and ACLs; alice may DESCRIBE one topic and nothing else."""
+    """A gateway with SASL users and ACLs, its admin listener on HTTPS; alice may DESCRIBE
+    one topic and nothing else."""
     from confluent_kafka.admin import (
         AclBinding,
         AclOperation,
@@ -188,16 +197,22 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Gateway,
     )
 
     base = tmp_path_factory.mktemp("admin-sasl")
-    listeners = SecureListeners(make_certs(base / "certs"))
+    certs = make_certs(base / "certs")
+    listeners = SecureListeners(certs)
     for name in PASSWORDS:
         _add_user(base / "data", name)
     gw = Gateway(
         base / "data",
         base / "server.log",
-        [*listeners.gateway_args(), "--authorizer", "true", "--super-users", "User:admin"],
+        [
+            *listeners.gateway_args(),
+            *("--authorizer", "true", "--super-users", "User:admin", "--admin-tls", "true"),
+        ],
         metrics=True,
     )
     gw.start_fresh()
+    assert gw.metrics_port is not None
+    HTTPS[gw.metrics_port] = ssl.create_default_context(cafile=str(certs.ca))
     try:
         bootstrap = listeners.bootstrap("SASL_PLAINTEXT")
         topic = f"adm-{uuid.uuid4().hex[:6]}"
@@ -218,6 +233,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Gateway,
         yield gw, bootstrap, topic
     finally:
         gw.close()
+        HTTPS.pop(gw.metrics_port or 0, None)
 
 
 def test_credentials_required(secured: tuple[Gateway, str, str]) -> None:
@@ -232,6 +248,15 @@ def test_credentials_required(secured: tuple[Gateway, str, str]) -> None:
     assert status == 401 and "invalid" in answer["error"]
     status, _, _ = _request(port, "GET", f"/streams/{topic}", user="nobody", password="x")
     assert status == 401
+    # HTTPS, and HTTP/2 offered through ALPN
+    assert "admin/metrics HTTPS on" in gw.log_text()
+    context = ssl.create_default_context(cafile=str(Path(gw.data_dir).parent / "certs" / "ca.pem"))
+    context.set_alpn_protocols(["h2", "http/1.1"])
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
+        context.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+    ):
+        assert tls.selected_alpn_protocol() == "h2"
 
 
 def test_acl_allows_reading_but_not_scaling(secured: tuple[Gateway, str, str]) -> None:
@@ -355,11 +380,13 @@ def test_streams_command_with_credentials(secured: tuple[Gateway, str, str]) -> 
             env={**os.environ, **(env or {})},
         )
 
-    plain = f"http://127.0.0.1:{port}"
-    assert streams("describe", admin=plain).returncode == 1
-    done = streams("describe", admin=f"http://alice:{PASSWORDS['alice']}@127.0.0.1:{port}")
+    ca = {"SSL_CERT_FILE": str(Path(gw.data_dir).parent / "certs" / "ca.pem")}
+    plain = f"https://127.0.0.1:{port}"
+    assert streams("describe", admin=plain, env=ca).returncode == 1
+    url = f"https://alice:{PASSWORDS['alice']}@127.0.0.1:{port}"
+    done = streams("describe", admin=url, env=ca)
     assert done.returncode == 0 and "Partitions: 4" in done.stdout, done.stderr
-    env = {"STREAMGATE_ADMIN_USER": "alice", "STREAMGATE_ADMIN_PASSWORD": PASSWORDS["alice"]}
+    env = {"STREAMGATE_ADMIN_USER": "alice", "STREAMGATE_ADMIN_PASSWORD": PASSWORDS["alice"], **ca}
     assert streams("describe", admin=plain, env=env).returncode == 0
     refused = streams("scale", "--merge", "1,2", admin=plain, env=env)
     assert refused.returncode == 1 and "may not ALTER" in refused.stderr
