@@ -146,9 +146,11 @@ function topicsView() {
 
 function hue(id) { return (id * 67) % 360; }
 
-function picture(history) {
+// windowMs: show only the last windowMs (0: everything this process recorded)
+function picture(history, windowMs) {
   const W = 960, H = 320, left = 64, right = 12, top = 10, bottom = 28;
-  const start = Math.min(history.since_ms, ...history.segments.map((s) => s.opened_ms));
+  const first = Math.min(history.since_ms, ...history.segments.map((s) => s.opened_ms));
+  const start = windowMs > 0 ? Math.max(first, history.now_ms - windowMs) : first;
   const end = Math.max(history.now_ms, start + 1000);
   const x = (ms) => left + ((ms - start) / (end - start)) * (W - left - right);
   const parts = Math.max(1, history.partitions);
@@ -167,7 +169,8 @@ function picture(history) {
     out.push(`<text x="${x(ms)}" y="${H - 8}" text-anchor="${anchor}">${clock(ms)}</text>`);
   }
   for (const s of history.segments) {
-    const x0 = x(s.opened_ms), x1 = x(s.sealed_ms ?? history.now_ms);
+    if (s.sealed_ms !== null && s.sealed_ms < start) continue;
+    const x0 = x(Math.max(s.opened_ms, start)), x1 = x(s.sealed_ms ?? history.now_ms);
     const light = s.state === "open" ? 52 : 74;
     out.push(`<rect class="seg ${s.state}" data-segment-id="${s.segment_id}" data-state="${s.state}"
       data-first="${s.first_partition}" data-last="${s.last_partition}"
@@ -179,7 +182,7 @@ opened ${clock(s.opened_ms)}: ${esc(s.cause)}${s.sealed_ms ? `\nsealed ${clock(s
       out.push(`<text x="${x0 + 4}" y="${y(s.first_partition) + 13}" pointer-events="none">${s.segment_id}</text>`);
     }
   }
-  for (const e of history.events) {
+  for (const e of history.events.filter((event) => event.time_ms >= start)) {
     out.push(`<g class="event" data-kind="${esc(e.kind)}"><line x1="${x(e.time_ms)}" x2="${x(e.time_ms)}"
       y1="${top}" y2="${H - bottom}"/><title>${esc(e.kind)} at ${clock(e.time_ms)}, epoch ${e.epoch}: sealed ${e.sealed.join(", ")}, opened ${e.opened.join(", ")}
 cause: ${esc(e.cause)}</title></g>`);
@@ -190,7 +193,11 @@ cause: ${esc(e.cause)}</title></g>`);
 
 function topicView(topic) {
   const path = encodeURIComponent(topic);
-  polled(`<h1>Topic ${esc(topic)}</h1><div class="area"></div>`, async (area, current) => {
+  polled(`<h1>Topic ${esc(topic)}</h1><label class="muted">picture shows
+    <select id="picture-window"><option value="0">everything since the gateway started</option>
+    <option value="300000">the last 5 minutes</option><option value="3600000">the last hour</option>
+    </select></label><div class="area"></div>`, async (area, current) => {
+    const windowMs = Number(document.getElementById("picture-window").value);
     const [history, stream] = await Promise.all([
       getJSON(`/streams/${path}/history`), getJSON(`/streams/${path}`)]);
     if (!current()) return;
@@ -205,7 +212,7 @@ function topicView(topic) {
         : ` (target ${stream.policy.target_rate}, factor ${stream.policy.scale_factor}, min ${stream.policy.min_segments})`}</dd>
       <dt>scale events</dt><dd>${stream.scale_events.split} splits, ${stream.scale_events.merge} merges</dd></dl>
       <h2>Segments over time</h2>
-      <div class="picture">${picture(history)}
+      <div class="picture">${picture(history, windowMs)}
       <div class="legend">time → · virtual partitions ↓ · each band is a segment (outlined: open); dashed lines are scale events (hover for the cause)</div></div>
       <h2>Open segments</h2><table><thead><tr><th>segment</th><th>partitions</th><th class="num">epoch</th>
       <th>node</th><th class="num">size</th><th class="num">KiB/s</th><th class="num">events/s</th></tr></thead><tbody>
