@@ -1,8 +1,8 @@
 """POST /streams/TOPIC/move {"segment": id, "to_node": n, "parts": 1}: hand an open
 segment over to another node (parts=1), or split it with the last successor there.
 
-Asynchronous (the giving node waits until the sealed data is in tier 2), so it is routed
-before the synchronous routes of admin/http.py. The answer includes the timings.
+Asynchronous: the giving node waits until the sealed data is in tier 2 (admin/app.py gives
+the request a longer deadline). The answer includes the timings.
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from admin.http import AdminServer
+from admin.auth import AdminSecurity
+from admin.server import AdminServer
 from cli.acl_flags import AclSettings
 from core.acl.authorizer import Authorizer
 from core.acl.quotas import ClientQuotas
@@ -52,6 +53,8 @@ class Settings:
     connections_max_idle_ms: int = 600_000
     group_initial_rebalance_delay_ms: int = 300
     metrics_listen: tuple[str, int] | None = None  # admin/metrics HTTP endpoint, off if None
+    admin_insecure: bool = False  # allow the admin endpoint off loopback without SASL users
+    admin_tls: ssl.SSLContext | None = None  # HTTPS on the admin endpoint (--admin-tls)
     scaling_window_s: float = 60.0
     scaling_interval_s: float = 5.0
     tier2_url: str | None = None
@@ -76,6 +79,9 @@ class Settings:
 
 
 async def serve(settings: Settings) -> None:
+    problem = check_admin_exposure(settings)
+    if problem is not None:
+        raise SystemExit(f"streamgate serve: {problem}")
     store = StreamStore(
         StoreSettings(
             settings.data_dir,
@@ -119,18 +125,31 @@ async def serve(settings: Settings) -> None:
         try:
             with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                 async with trio.open_nursery() as server_nursery:
+                    authorizer = _authorizer(settings, store)
                     if settings.metrics_listen is not None:
                         host, metrics_port = settings.metrics_listen
-                        admin = await server_nursery.start(
-                            AdminServer(store).serve, host, metrics_port
+                        security = AdminSecurity(credentials, _uses_sasl(settings), authorizer)
+                        admin = AdminServer(store, security, groups, txns)
+                        _, bound_port = await server_nursery.start(
+                            admin.serve, host, metrics_port, settings.admin_tls
                         )
                         log.info(
-                            "admin/metrics HTTP on %s:%d",
+                            "admin/metrics HTTP%s on %s:%d",
+                            "S" if settings.admin_tls else "",
                             host,
-                            admin[0].socket.getsockname()[1],
+                            bound_port,
                         )
                     listeners = await server_nursery.start(
-                        _serve_tcp, settings, store, groups, server_nursery, txns, credentials
+                        functools.partial(
+                            _serve_tcp,
+                            settings,
+                            store,
+                            groups,
+                            server_nursery,
+                            txns,
+                            credentials,
+                            authorizer=authorizer,
+                        )
                     )
                     port = listeners[0].socket.getsockname()[1]
                     log.info(
@@ -248,6 +267,7 @@ async def _serve_tcp(
     transactions: TransactionCoordinator | None,
     credentials: Credentials,
     task_status: trio.TaskStatus[list[trio.SocketListener]],
+    authorizer: Authorizer | None = None,
 ) -> None:
     listeners = settings.listeners or [
         Listener("PLAINTEXT", "PLAINTEXT", settings.listen_host, settings.listen_port)
@@ -305,15 +325,7 @@ async def _serve_tcp(
     ctx.quotas = ClientQuotas(settings.acl.quotas, store.metadata, store.worker.call)
     ctx.quotas.load()
     ctx.dynamic_configs = _dynamic_configs(settings, store, groups, ctx)
-    if settings.acl.enabled:
-        ctx.authorizer = Authorizer(settings.acl.authorizer, store.metadata, store.worker.call)
-        ctx.authorizer.load()
-        log.info(
-            "authorizer on: %d ACLs, super users %s, allow everyone if no ACL found: %s",
-            len(ctx.authorizer.acls),
-            ", ".join(sorted(settings.acl.authorizer.super_users)) or "none",
-            settings.acl.authorizer.allow_everyone_if_no_acl_found,
-        )
+    ctx.authorizer = authorizer
     gateway = Gateway(ctx, server_settings)
     _warn_unauthenticated(setups, settings.ssl_client_auth)
     task_status.started(main_sockets)
@@ -333,6 +345,41 @@ async def _serve_tcp(
             serving.start_soon(
                 functools.partial(trio.serve_listeners, handler, sockets, handler_nursery=nursery)
             )
+
+
+def _authorizer(settings: Settings, store: StreamStore) -> Authorizer | None:
+    """The ACLs (`--acl`), shared by the Kafka listeners and the admin endpoint."""
+    if not settings.acl.enabled:
+        return None
+    authorizer = Authorizer(settings.acl.authorizer, store.metadata, store.worker.call)
+    authorizer.load()
+    log.info(
+        "authorizer on: %d ACLs, super users %s, allow everyone if no ACL found: %s",
+        len(authorizer.acls),
+        ", ".join(sorted(settings.acl.authorizer.super_users)) or "none",
+        settings.acl.authorizer.allow_everyone_if_no_acl_found,
+    )
+    return authorizer
+
+
+def _uses_sasl(settings: Settings) -> bool:
+    """The gateway has SASL users: the admin endpoint asks for them too."""
+    return any(listener.uses_sasl for listener in settings.listeners or ())
+
+
+def check_admin_exposure(settings: Settings) -> str | None:
+    """Why the admin endpoint must not start as configured, or None: off loopback it needs
+    authentication (a SASL listener) or an explicit `--admin-insecure`."""
+    if settings.metrics_listen is None or settings.admin_insecure or _uses_sasl(settings):
+        return None
+    host = settings.metrics_listen[0]
+    if _is_loopback(host):
+        return None
+    return (
+        f"--metrics-listen {host or '*'}:{settings.metrics_listen[1]} is reachable from the "
+        "network but needs no credentials (no SASL listener): scale and move would be open "
+        "to anyone; add a SASL listener, bind it to 127.0.0.1, or pass --admin-insecure true"
+    )
 
 
 def _dynamic_configs(

@@ -118,6 +118,23 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="serve Prometheus /metrics and the /streams admin API over HTTP on HOST:PORT "
         "(STREAMGATE_METRICS_LISTEN; off by default)",
     )
+    serve_cmd.add_argument(
+        "--admin-insecure",
+        type=_bool,
+        default=_bool(_env("ADMIN_INSECURE", "false") or "false"),
+        metavar="true|false",
+        help="true: allow --metrics-listen on a non-loopback address without authentication "
+        "(no SASL listener): anyone who reaches it may scale and move segments "
+        "(STREAMGATE_ADMIN_INSECURE=true)",
+    )
+    serve_cmd.add_argument(
+        "--admin-tls",
+        type=_bool,
+        default=_bool(_env("ADMIN_TLS", "false") or "false"),
+        metavar="true|false",
+        help="true: serve --metrics-listen over HTTPS (and HTTP/2) with --ssl-certfile/"
+        "--ssl-keyfile (STREAMGATE_ADMIN_TLS)",
+    )
     # Hidden tuning knobs for the scaler (tests shrink the 60 s window to seconds).
     serve_cmd.add_argument(
         "--scaling-window-s",
@@ -363,7 +380,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         listeners, advertised_listeners = _resolve_listeners(args)
         mechanisms = parse_mechanisms(args.sasl_enabled_mechanisms)
-        ssl_context = None
+        ssl_context = admin_tls = None
+        if args.admin_tls:  # the admin listener: the same certificate, no client certificates
+            if not args.ssl_certfile:
+                raise ValueError("--admin-tls true needs --ssl-certfile (PEM)")
+            admin_tls = server_context(args.ssl_certfile, args.ssl_keyfile, None, "none")
         if any(listener.uses_tls for listener in listeners or ()):
             if not args.ssl_certfile:
                 raise ValueError("an SSL or SASL_SSL listener needs --ssl-certfile (PEM)")
@@ -395,6 +416,8 @@ def run(args: argparse.Namespace) -> int:
         connections_max_idle_ms=args.connections_max_idle_ms,
         group_initial_rebalance_delay_ms=args.group_initial_rebalance_delay_ms,
         metrics_listen=args.metrics_listen,
+        admin_insecure=args.admin_insecure,
+        admin_tls=admin_tls,
         scaling_window_s=args.scaling_window_s,
         # Default: evaluate a dozen times per window, at most every 5 s.
         scaling_interval_s=args.scaling_interval_s or min(5.0, args.scaling_window_s / 12),

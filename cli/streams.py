@@ -9,13 +9,14 @@ topic, 2 no gateway reachable.
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import sys
 import urllib.error
 import urllib.request
 from typing import Any, TextIO
-from urllib.parse import quote
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 DEFAULT_ADMIN = "http://127.0.0.1:9095"
 _COLUMNS = (
@@ -49,7 +50,8 @@ def register(commands: Any) -> None:
         action.add_argument(
             "--admin",
             default=default_admin,
-            help=f"admin endpoint URL (STREAMGATE_ADMIN, default {DEFAULT_ADMIN})",
+            help=f"admin endpoint URL (STREAMGATE_ADMIN, default {DEFAULT_ADMIN}); with SASL "
+            "users http://USER:PASSWORD@HOST:PORT or STREAMGATE_ADMIN_USER/_PASSWORD",
         )
     how = scale.add_mutually_exclusive_group(required=True)
     how.add_argument("--split", type=int, metavar="SEG", help="segment id to split")
@@ -105,7 +107,7 @@ def run_streams(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         )
         return 0
     except (urllib.error.URLError, OSError) as exc:
-        print(f"Error: cannot reach {args.admin}: {exc}", file=sys.stderr)
+        print(f"Error: cannot reach {_credentials(args.admin)[0]}: {exc}", file=sys.stderr)
         return 2
 
 
@@ -129,13 +131,31 @@ def _move(url: str, request: dict[str, int], out: TextIO) -> int:
 
 def _request(url: str, payload: Any = None, timeout: float = 10) -> tuple[int, dict[str, Any]]:
     data = None if payload is None else json.dumps(payload).encode()
+    url, authorization = _credentials(url)
     request = urllib.request.Request(url, data=data, method="GET" if data is None else "POST")
     request.add_header("Content-Type", "application/json")
+    if authorization is not None:
+        request.add_header("Authorization", authorization)
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read() or b"{}")
+
+
+def _credentials(url: str) -> tuple[str, str | None]:
+    """A gateway with SASL users wants HTTP Basic: `http://USER:PASSWORD@host:port` in
+    --admin, or STREAMGATE_ADMIN_USER and STREAMGATE_ADMIN_PASSWORD. (URL without them, header)."""
+    parts = urlsplit(url)
+    user = unquote(parts.username or "") or os.environ.get("STREAMGATE_ADMIN_USER", "")
+    password = unquote(parts.password or "") or os.environ.get("STREAMGATE_ADMIN_PASSWORD", "")
+    if parts.username is not None:
+        netloc = parts.netloc.rpartition("@")[2]
+        url = urlunsplit(parts._replace(netloc=netloc))
+    if not user:
+        return url, None
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    return url, f"Basic {token}"
 
 
 def print_description(body: dict[str, Any], out: TextIO) -> None:

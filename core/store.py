@@ -95,6 +95,8 @@ class StreamStore:
         self.cluster_id = ""
         # Called with the topic's name after a delete (e.g. committed offsets are dropped).
         self.on_topic_deleted: list[Callable[[str], None]] = []
+        # (topic, result, cause) after each applied split or merge (the console's history)
+        self.on_scaled: list[Callable[[str, ScaleResult, str], None]] = []
 
     @property
     def metadata(self) -> MetadataStore:
@@ -381,6 +383,8 @@ class StreamStore:
             [(s.segment_id, s.first_partition, s.last_partition) for s in result.successors],
             why,
         )
+        for listener in self.on_scaled:
+            listener(stream.name, result, why)
         return result
 
     async def move(

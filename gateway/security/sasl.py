@@ -123,6 +123,16 @@ class _Plain:
         return _Step(b"", done=True)
 
 
+async def check_password(credentials: Credentials | None, user: str, password: str) -> bool:
+    """Whether `user` and `password` pass exactly as a SASL/PLAIN login would (the admin
+    HTTP endpoint's Basic authentication)."""
+    try:
+        await _Plain(credentials).step(f"\x00{user}\x00{password}".encode())
+    except AuthenticationFailed:
+        return False
+    return True
+
+
 # PLAIN logins that passed PBKDF2, so reconnecting clients skip it: user -> a keyed digest
 # of (stored key, password), in memory only. A changed credential no longer matches.
 _PLAIN_VERIFIED: dict[str, bytes] = {}

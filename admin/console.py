@@ -1,0 +1,235 @@
+"""The console: static pages at `/` (admin/static, no build step) and the JSON they poll.
+
+    GET /api/topics?offset=&limit=&q=   a page of topics with their figures
+    GET /streams/TOPIC/history           segments over time and the scale events' causes
+    GET /api/groups?offset=&limit=&q=   a page of consumer groups with their total lag
+    GET /api/groups/GROUP                members, assignments, committed offsets, lag
+    GET /api/nodes                       the cluster's live nodes and their open segments
+    GET /api/transactions                the transaction coordinator's transactional ids
+Every list is paged (limit at most MAX_PAGE) and holds only what the principal may
+DESCRIBE, so 1,000 topics cost one page of work per poll.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from admin.auth import AdminSecurity
+from admin.groups import describe_group, group_ids
+from admin.history import ScaleHistory
+from core.acl.model import Operation, ResourceType
+from core.cluster.view import CLUSTER
+from core.groups import GroupCoordinator
+from core.store import StreamStore
+from core.stream.stream import Stream
+from core.txn import TransactionCoordinator
+
+STATIC = Path(__file__).with_name("static")
+PAGES = {"console.js": "text/javascript", "console.css": "text/css"}
+MAX_PAGE = 500
+MAX_LED = 50  # segments listed per node (the count covers all)
+
+
+class Console:
+    def __init__(
+        self,
+        store: StreamStore,
+        groups: GroupCoordinator | None,
+        security: AdminSecurity,
+        transactions: TransactionCoordinator | None = None,
+    ) -> None:
+        self.store = store
+        self.groups = groups
+        self.transactions = transactions
+        self.security = security
+        self.history = ScaleHistory(store)
+
+    def routes(self) -> list[BaseRoute]:
+        return [
+            Route("/", self.index, methods=["GET"]),
+            Route("/console/{name}", self.asset, methods=["GET"]),
+            Route("/api/topics", self.topics, methods=["GET"]),
+            Route("/streams/{topic}/history", self.topic_history, methods=["GET"]),
+            Route("/api/groups", self.group_list, methods=["GET"]),
+            Route("/api/groups/{group}", self.group, methods=["GET"]),
+            Route("/api/nodes", self.nodes, methods=["GET"]),
+            Route("/api/transactions", self.transaction_list, methods=["GET"]),
+        ]
+
+    async def index(self, request: Request) -> Response:
+        await self.security.principal(request)  # the browser asks for credentials here
+        return FileResponse(STATIC / "index.html", media_type="text/html")
+
+    async def asset(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in PAGES:
+            raise HTTPException(404, f"no console file {name!r}")
+        return FileResponse(STATIC / name, media_type=PAGES[name])
+
+    async def topics(self, request: Request) -> Response:
+        principal = await self.security.principal(request)
+        offset, limit, query = _page(request)
+        names = [
+            name
+            for name in sorted(self.store.streams)
+            if query in name and self.security.may_describe(request, principal, name)
+        ]
+        rows = []
+        for name in names[offset : offset + limit]:
+            stream = self.store.streams.get(name)
+            if stream is not None:
+                rows.append(self._topic_row(name, stream))
+        return JSONResponse({"total": len(names), "offset": offset, "limit": limit, "topics": rows})
+
+    def _topic_row(self, name: str, stream: Stream) -> dict[str, Any]:
+        meter = self.store.meters.get(name)
+        rate = sum(load.rate for load in meter.loads(False)) if meter else 0.0
+        pending = uploaded = bytes_in = bytes_out = 0
+        for segment_id, segment_log in list(stream.segments.items()):
+            pending += max(0, segment_log.durable_size - segment_log.uploaded_end)
+            uploaded += segment_log.uploaded_end
+            stats = stream.stats.get(segment_id)
+            if stats is not None:
+                bytes_in += stats.bytes_in
+                bytes_out += stats.bytes_out
+        return {
+            "topic": name,
+            "partitions": stream.partition_count,
+            "epoch": stream.epoch,
+            "open_segments": len(stream.owners()),
+            "tier1_bytes": pending,
+            "tier2_bytes": uploaded,
+            "bytes_in": bytes_in,
+            "bytes_out": bytes_out,
+            "rate_kib_per_s": round(rate, 3),
+        }
+
+    async def topic_history(self, request: Request) -> Response:
+        topic = request.path_params["topic"]
+        await self.security.require(request, Operation.DESCRIBE, topic)
+        return JSONResponse(self.history.describe(topic))
+
+    def _group_ids(self) -> list[str]:
+        return [] if self.groups is None else group_ids(self.groups)
+
+    def _describe_group(self, group_id: str) -> dict[str, Any]:
+        assert self.groups is not None
+        return describe_group(self.store, self.groups, group_id)
+
+    def _may_describe_group(self, request: Request, principal: str, group_id: str) -> bool:
+        return self.security.allowed(
+            request, principal, Operation.DESCRIBE, ResourceType.GROUP, group_id
+        )
+
+    async def group_list(self, request: Request) -> Response:
+        principal = await self.security.principal(request)
+        offset, limit, query = _page(request)
+        ids = [
+            g
+            for g in self._group_ids()
+            if query in g and self._may_describe_group(request, principal, g)
+        ]
+        rows = []
+        for group_id in ids[offset : offset + limit]:
+            described = self._describe_group(group_id)
+            rows.append(
+                {
+                    "group_id": group_id,
+                    "state": described["state"],
+                    "protocol_type": described["protocol_type"],
+                    "members": len(described["members"]),
+                    "lag": sum(o["lag"] or 0 for o in described["offsets"]),
+                }
+            )
+        return JSONResponse({"total": len(ids), "offset": offset, "limit": limit, "groups": rows})
+
+    async def group(self, request: Request) -> Response:
+        group_id = request.path_params["group"]
+        principal = await self.security.principal(request)
+        if not self._may_describe_group(request, principal, group_id):
+            raise HTTPException(403, f"{principal} may not DESCRIBE group {group_id!r}")
+        if group_id not in self._group_ids():
+            raise HTTPException(404, f"no group {group_id!r}")
+        return JSONResponse(self._describe_group(group_id))
+
+    async def nodes(self, request: Request) -> Response:
+        await self.security.require(request, Operation.DESCRIBE)
+        counts = CLUSTER.open_segment_counts() if CLUSTER.enabled else {}
+        led: dict[int, list[str]] = {}
+        for topic, segments in sorted(CLUSTER.segment_nodes.items()):
+            for segment_id, node in sorted(segments.items()):
+                led.setdefault(node, []).append(f"{topic}/{segment_id}")
+        nodes = [
+            {
+                "node_id": node_id,
+                "host": host,
+                "port": port,
+                "open_segments": counts.get(node_id),
+                "segments": led.get(node_id, [])[:MAX_LED],
+            }
+            for node_id, host, port in sorted(CLUSTER.brokers)
+        ]
+        return JSONResponse(
+            {"cluster": CLUSTER.enabled, "this_node": CLUSTER.node_id, "nodes": nodes}
+        )
+
+    async def transaction_list(self, request: Request) -> Response:
+        """Transactional ids the principal may DESCRIBE, open ones (Ongoing, Prepare*) first."""
+        principal = await self.security.principal(request)
+        offset, limit, query = _page(request)
+        records = [
+            r
+            for r in (self.transactions.list_transactions() if self.transactions else [])
+            if query in r.transactional_id
+            and self.security.allowed(
+                request,
+                principal,
+                Operation.DESCRIBE,
+                ResourceType.TRANSACTIONAL_ID,
+                r.transactional_id,
+            )
+        ]
+        records.sort(key=lambda r: (not _is_open(r.state), r.transactional_id))
+        rows = [
+            {
+                "transactional_id": r.transactional_id,
+                "producer_id": r.producer_id,
+                "epoch": r.epoch,
+                "state": r.state,
+                "open": _is_open(r.state),
+                "timeout_ms": r.timeout_ms,
+                "start_ms": r.start_ms,
+                "partitions": [f"{p.topic}-{p.partition}" for p in r.partitions],
+            }
+            for r in records[offset : offset + limit]
+        ]
+        return JSONResponse(
+            {
+                "total": len(records),
+                "open": sum(_is_open(r.state) for r in records),
+                "offset": offset,
+                "limit": limit,
+                "transactions": rows,
+            }
+        )
+
+
+def _is_open(state: str) -> bool:
+    return state in ("Ongoing", "PrepareCommit", "PrepareAbort")
+
+
+def _page(request: Request) -> tuple[int, int, str]:
+    """(offset, limit, substring) from the query string; 400 when not integers."""
+    params = request.query_params
+    try:
+        offset = max(0, int(params.get("offset", "0")))
+        limit = min(MAX_PAGE, max(1, int(params.get("limit", "100"))))
+    except ValueError:
+        raise HTTPException(400, "offset and limit must be integers") from None
+    return offset, limit, params.get("q", "")
