@@ -34,6 +34,7 @@ from gateway.handlers import (
     quotas,
     records,
     replicas,
+    share,
     txn,
 )
 from gateway.handlers import security as security_handlers
@@ -121,6 +122,10 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.SASL_AUTHENTICATE: security_handlers.sasl_authenticate,
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: security_handlers.describe_user_scram_credentials,
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: security_handlers.alter_user_scram_credentials,
+    ApiKey.SHARE_GROUP_HEARTBEAT: share.share_group_heartbeat,
+    ApiKey.SHARE_GROUP_DESCRIBE: share.share_group_describe,
+    ApiKey.SHARE_FETCH: share.share_fetch,
+    ApiKey.SHARE_ACKNOWLEDGE: share.share_acknowledge,
 }
 assert set(HANDLERS) == set(SUPPORTED_APIS), "every advertised API needs a handler"
 

@@ -56,6 +56,10 @@ class ApiKey(IntEnum):
     DESCRIBE_CLUSTER = 60
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
+    SHARE_GROUP_HEARTBEAT = 76
+    SHARE_GROUP_DESCRIBE = 77
+    SHARE_FETCH = 78
+    SHARE_ACKNOWLEDGE = 79
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,4 +133,9 @@ SUPPORTED_APIS: dict[int, ApiSupport] = {
     ApiKey.SASL_AUTHENTICATE: ApiSupport(0, 2, 2),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: ApiSupport(0, 0, 0),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: ApiSupport(0, 0, 0),
+    # Share groups (gateway/handlers/share.py, core/sharegroups): Kafka 4.1's versions.
+    ApiKey.SHARE_GROUP_HEARTBEAT: ApiSupport(1, 1, 0),
+    ApiKey.SHARE_GROUP_DESCRIBE: ApiSupport(1, 1, 0),
+    ApiKey.SHARE_FETCH: ApiSupport(1, 1, 0),
+    ApiKey.SHARE_ACKNOWLEDGE: ApiSupport(1, 1, 0),
 }

@@ -270,6 +270,21 @@ MIGRATIONS: list[list[Step]] = [
         )
         """),
     ],
+    # 8: share groups (core/sharegroups): per share partition, its start and end offsets
+    # and the state and delivery count of every in-flight record (JSON)
+    [
+        Ddl("""
+        CREATE TABLE IF NOT EXISTS share_partitions (
+            group_id TEXT NOT NULL,
+            topic TEXT NOT NULL,
+            partition INTEGER NOT NULL,
+            start_offset {BIGINT} NOT NULL,
+            end_offset {BIGINT} NOT NULL,
+            records TEXT NOT NULL,
+            PRIMARY KEY (group_id, topic, partition)
+        )
+        """),
+    ],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
