@@ -1,0 +1,158 @@
+"""Share groups (KIP-932) with confluent-kafka's ShareConsumer: records shared between
+members, release, reject, lock timeout, the delivery limit, and a SIGKILL of the gateway."""
+
+from __future__ import annotations
+
+import pytest
+from support.client import unique_topic
+from support.share import (
+    ACCEPT,
+    REJECT,
+    RELEASE,
+    create_topic,
+    poll_nothing,
+    poll_records,
+    produce,
+    share_consumer,
+)
+
+LOCK_MS = 1500
+LIMIT = 3
+GATEWAY_ARGS = (
+    "--share-record-lock-ms",
+    str(LOCK_MS),
+    "--share-delivery-count-limit",
+    str(LIMIT),
+    "--share-auto-offset-reset",
+    "earliest",
+)
+pytestmark = pytest.mark.timeout(120)
+
+
+def _values(count: int, tag: str = "v") -> list[bytes]:
+    return [f"{tag}{i}".encode() for i in range(count)]
+
+
+# Kafka's default lock: a member's prefetched records stay its own while the test polls the
+# other member (a short lock would hand them over, correctly, and deliver them twice).
+@pytest.mark.gateway_args("--share-auto-offset-reset", "earliest")
+def test_two_members_share_one_partition_without_duplicates(gateway) -> None:
+    bs, topic, group = gateway.bootstrap, unique_topic("share2"), unique_topic("g")
+    create_topic(bs, topic)
+    first = share_consumer(bs, group, topic, explicit=True)
+    second = share_consumer(bs, group, topic, explicit=True)
+    try:
+        seen: list[tuple[str, int]] = []
+        for wave in range(4):
+            produce(bs, topic, _values(10, f"w{wave}-"))
+            for name, consumer in (("a", first), ("b", second)):
+                got = poll_records(consumer, lambda r: bool(r), timeout=1.5, ack=ACCEPT)
+                seen.extend((name, m.offset()) for m in got)
+        while len(seen) < 40:
+            got = poll_records(first, lambda r: bool(r), timeout=1.5, ack=ACCEPT)
+            if not got:
+                break
+            seen.extend(("a", m.offset()) for m in got)
+        offsets = [offset for _, offset in seen]
+        assert sorted(offsets) == list(range(40))  # every record once, none twice
+        assert {name for name, _ in seen} == {"a", "b"}  # both members got work
+    finally:
+        first.close()
+        second.close()
+
+
+def test_release_redelivers_and_reject_archives(shared_gateway) -> None:
+    bs, topic, group = shared_gateway.bootstrap, unique_topic("share-rel"), unique_topic("g")
+    create_topic(bs, topic)
+    produce(bs, topic, _values(4))
+    consumer = share_consumer(bs, group, topic, explicit=True)
+    try:
+        got = poll_records(consumer, lambda r: len(r) >= 4)
+        assert [m.offset() for m in got] == [0, 1, 2, 3]
+        assert all(m.delivery_count() == 1 for m in got)
+        for m in got:
+            consumer.acknowledge(m, RELEASE if m.offset() < 2 else REJECT)
+        consumer.commit_sync(15)
+        again = poll_records(consumer, lambda r: len(r) >= 2, ack=ACCEPT)
+        assert [(m.offset(), m.delivery_count()) for m in again] == [(0, 2), (1, 2)]
+        assert poll_nothing(consumer, LOCK_MS / 1000 + 1) == []  # rejected: never again
+    finally:
+        consumer.close()
+
+
+def test_unacknowledged_record_returns_after_the_lock(shared_gateway) -> None:
+    bs, topic, group = shared_gateway.bootstrap, unique_topic("share-lock"), unique_topic("g")
+    create_topic(bs, topic)
+    produce(bs, topic, _values(3))
+    holder = share_consumer(bs, group, topic, explicit=True)
+    other = share_consumer(bs, group, topic, explicit=True)
+    try:
+        held = poll_records(holder, lambda r: len(r) >= 3)
+        assert len(held) == 3
+        # the holder never acknowledges: after the lock the records go to the other member
+        got = poll_records(other, lambda r: len(r) >= 3, timeout=LOCK_MS / 1000 + 10, ack=ACCEPT)
+        assert sorted((m.offset(), m.delivery_count()) for m in got) == [(0, 2), (1, 2), (2, 2)]
+    finally:
+        other.close()
+        holder.close()
+
+
+def test_poison_record_is_archived_after_the_delivery_limit(shared_gateway) -> None:
+    bs, topic, group = shared_gateway.bootstrap, unique_topic("share-poison"), unique_topic("g")
+    create_topic(bs, topic)
+    produce(bs, topic, [b"poison", b"good"])
+    consumer = share_consumer(bs, group, topic, explicit=True)
+    try:
+        deliveries = []
+        for _ in range(LIMIT + 1):
+            got = poll_records(consumer, lambda r: bool(r), timeout=5)
+            for m in got:
+                deliveries.append((m.value(), m.delivery_count()))
+                consumer.acknowledge(m, RELEASE if m.value() == b"poison" else ACCEPT)
+            if got:
+                consumer.commit_sync(15)
+        poison = [count for value, count in deliveries if value == b"poison"]
+        assert poison == list(range(1, LIMIT + 1))  # then archived, never delivered again
+        assert [count for value, count in deliveries if value == b"good"] == [1]
+        assert poll_nothing(consumer, 2) == []
+    finally:
+        consumer.close()
+
+
+@pytest.mark.gateway_args("--share-auto-offset-reset", "earliest")
+def test_sigkill_loses_no_acknowledgement(gateway) -> None:
+    """Accepted records are never delivered again after a SIGKILL; every other record
+    (acquired but unacknowledged ones included) is delivered after the restart."""
+    bs, topic, group = gateway.bootstrap, unique_topic("share-kill"), unique_topic("g")
+    create_topic(bs, topic)
+    total = 100
+    for start in range(0, total, 10):
+        produce(bs, topic, _values(10, f"b{start}-"))
+    before = share_consumer(bs, group, topic, explicit=True, **{"max.poll.records": 10})
+    accepted: set[int] = set()
+    held: set[int] = set()
+    try:
+        while len(accepted) < total // 2:
+            got = poll_records(before, lambda r: bool(r), timeout=5)
+            assert got, "no records before the kill"
+            for m in got:
+                before.acknowledge(m, ACCEPT)
+            results = before.commit_sync(15)
+            assert all(error is None for error in results.values()), results
+            accepted.update(m.offset() for m in got)
+        held = {m.offset() for m in poll_records(before, lambda r: bool(r), timeout=5)}
+        gateway.kill()
+        gateway.start()
+    finally:
+        before.close()
+    after = share_consumer(bs, group, topic, explicit=True)
+    try:
+        rest = poll_records(after, lambda r: len(r) >= total - len(accepted), ack=ACCEPT)
+        offsets = [m.offset() for m in rest]
+        assert not accepted & set(offsets)  # no accepted record comes back
+        assert sorted(accepted | set(offsets)) == list(range(total))
+        assert len(offsets) == len(set(offsets))
+        counts = {m.offset(): m.delivery_count() for m in rest}
+        assert held and all(counts[o] >= 2 for o in held)  # counts survive the restart
+    finally:
+        after.close()
