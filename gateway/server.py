@@ -35,6 +35,7 @@ from gateway.handlers import (
     records,
     replicas,
     share,
+    share_admin,
     txn,
 )
 from gateway.handlers import security as security_handlers
@@ -89,7 +90,7 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.LEAVE_GROUP: groups.leave_group,
     ApiKey.SYNC_GROUP: groups.sync_group,
     ApiKey.DESCRIBE_GROUPS: groups.describe_groups,
-    ApiKey.LIST_GROUPS: groups.list_groups,
+    ApiKey.LIST_GROUPS: share_admin.list_groups,  # classic groups, then share groups
     ApiKey.DELETE_GROUPS: groups.delete_groups,
     ApiKey.OFFSET_DELETE: offsets.offset_delete,
     ApiKey.API_VERSIONS: admin.api_versions,
@@ -126,6 +127,9 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.SHARE_GROUP_DESCRIBE: share.share_group_describe,
     ApiKey.SHARE_FETCH: share.share_fetch,
     ApiKey.SHARE_ACKNOWLEDGE: share.share_acknowledge,
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: share_admin.describe_share_group_offsets,
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS: share_admin.alter_share_group_offsets,
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS: share_admin.delete_share_group_offsets,
 }
 assert set(HANDLERS) == set(SUPPORTED_APIS), "every advertised API needs a handler"
 

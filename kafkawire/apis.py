@@ -60,6 +60,9 @@ class ApiKey(IntEnum):
     SHARE_GROUP_DESCRIBE = 77
     SHARE_FETCH = 78
     SHARE_ACKNOWLEDGE = 79
+    DESCRIBE_SHARE_GROUP_OFFSETS = 90
+    ALTER_SHARE_GROUP_OFFSETS = 91
+    DELETE_SHARE_GROUP_OFFSETS = 92
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,4 +141,14 @@ SUPPORTED_APIS: dict[int, ApiSupport] = {
     ApiKey.SHARE_GROUP_DESCRIBE: ApiSupport(1, 1, 0),
     ApiKey.SHARE_FETCH: ApiSupport(1, 1, 0),
     ApiKey.SHARE_ACKNOWLEDGE: ApiSupport(1, 1, 0),
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: ApiSupport(0, 1, 0),
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS: ApiSupport(0, 0, 0),
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS: ApiSupport(0, 0, 0),
+}
+
+
+# Feature flags advertised in ApiVersions v3+ (KIP-584), as (min, max) supported levels,
+# every one finalized at its max: what the implemented protocols amount to.
+SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {
+    "share.version": (0, 1),  # share groups (KIP-932)
 }

@@ -167,6 +167,11 @@ RULES: dict[int, Rule] = {
     ),
     ApiKey.SHARE_FETCH: Rule(whole=(Check(Operation.READ, GROUP, "group_id"),)),
     ApiKey.SHARE_ACKNOWLEDGE: Rule(whole=(Check(Operation.READ, GROUP, "group_id"),)),
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: Rule(
+        each=Check(Operation.DESCRIBE, GROUP, "group_id"), items=Items(("groups",), "groups")
+    ),
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS: Rule(whole=(Check(Operation.READ, GROUP, "group_id"),)),
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS: Rule(whole=(Check(Operation.DELETE, GROUP, "group_id"),)),
     ApiKey.DESCRIBE_TRANSACTIONS: Rule(
         each=Check(Operation.DESCRIBE, TXN, ""),
         items=Items(("transactional_ids",), "transaction_states"),

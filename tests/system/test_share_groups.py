@@ -156,3 +156,76 @@ def test_sigkill_loses_no_acknowledgement(gateway) -> None:
         assert held and all(counts[o] >= 2 for o in held)  # counts survive the restart
     finally:
         after.close()
+
+
+def test_admin_apis_show_and_move_the_share_start_offset(shared_gateway) -> None:
+    """ListGroups lists the share group, ShareGroupDescribe its member, the offset admin
+    APIs read, move and delete the share-partition start offset; ApiVersions advertises
+    share.version."""
+    from kio.schema.alter_share_group_offsets.v0 import request as alter
+    from kio.schema.api_versions.v3.request import ApiVersionsRequest
+    from kio.schema.delete_share_group_offsets.v0 import request as delete
+    from kio.schema.describe_share_group_offsets.v1 import request as describe
+    from kio.schema.list_groups.v4.request import ListGroupsRequest
+    from kio.schema.share_group_describe.v1.request import ShareGroupDescribeRequest
+    from support.client import RawClient
+
+    bs, topic, group = shared_gateway.bootstrap, unique_topic("share-admin"), unique_topic("g")
+    create_topic(bs, topic)
+    produce(bs, topic, _values(5))
+    consumer = share_consumer(bs, group, topic, explicit=True)
+    got = poll_records(consumer, lambda r: len(r) >= 5, ack=ACCEPT)
+    assert len(got) == 5
+    describe_offsets = describe.DescribeShareGroupOffsetsRequest(
+        groups=(describe.DescribeShareGroupOffsetsRequestGroup(group_id=group, topics=None),)
+    )
+    with RawClient(bs) as raw:
+        listed = raw.request(ListGroupsRequest(states_filter=()))
+        assert (group, "share") in {(g.group_id, g.protocol_type) for g in listed.groups}
+        described = raw.request(
+            ShareGroupDescribeRequest(group_ids=(group,), include_authorized_operations=False)
+        )
+        (info,) = described.groups
+        assert info.group_state == "Stable" and len(info.members) == 1
+        assert info.members[0].assignment.topic_partitions[0].topic_name == topic
+        offsets = raw.request(describe_offsets)
+        (part,) = offsets.groups[0].topics[0].partitions
+        assert (part.start_offset, part.lag) == (5, 0)
+        consumer.close()
+        moved = raw.request(
+            alter.AlterShareGroupOffsetsRequest(
+                group_id=group,
+                topics=(
+                    alter.AlterShareGroupOffsetsRequestTopic(
+                        topic_name=topic,
+                        partitions=(
+                            alter.AlterShareGroupOffsetsRequestPartition(
+                                partition_index=0, start_offset=2
+                            ),
+                        ),
+                    ),
+                ),
+            )
+        )
+        assert moved.error_code == 0, moved
+        (part,) = raw.request(describe_offsets).groups[0].topics[0].partitions
+        assert (part.start_offset, part.lag) == (2, 3)
+        deleted = raw.request(
+            delete.DeleteShareGroupOffsetsRequest(
+                group_id=group,
+                topics=(delete.DeleteShareGroupOffsetsRequestTopic(topic_name=topic),),
+            )
+        )
+        assert deleted.error_code == 0 and deleted.responses[0].error_code == 0
+        assert raw.request(describe_offsets).groups[0].topics == ()
+        versions = raw.request(
+            ApiVersionsRequest(client_software_name="t", client_software_version="1")
+        )
+        assert "share.version" in {f.name for f in versions.finalized_features}
+    # the state was deleted: the share partition starts afresh (earliest), all five again
+    again = share_consumer(bs, group, topic, explicit=True)
+    try:
+        redelivered = poll_records(again, lambda r: len(r) >= 5, timeout=8, ack=ACCEPT)
+    finally:
+        again.close()
+    assert sorted(m.offset() for m in redelivered) == [0, 1, 2, 3, 4]
