@@ -148,7 +148,8 @@ SUPPORTED_APIS: dict[int, ApiSupport] = {
 
 
 # Feature flags advertised in ApiVersions v3+ (KIP-584), as (min, max) supported levels,
-# every one finalized at its max: what the implemented protocols amount to.
+# every one finalized at its max: what the implemented protocols amount to. Minimums are
+# at least 1: clients before KIP-1022 (Java 3.x) refuse a supported range starting at 0.
 SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {
-    "share.version": (0, 1),  # share groups (KIP-932)
+    "share.version": (1, 1),  # share groups (KIP-932)
 }
