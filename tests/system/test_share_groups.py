@@ -229,3 +229,42 @@ def test_admin_apis_show_and_move_the_share_start_offset(shared_gateway) -> None
     finally:
         again.close()
     assert sorted(m.offset() for m in redelivered) == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.gateway_args(
+    "--share-auto-offset-reset", "earliest", "--metrics-listen", "127.0.0.1:0"
+)
+def test_share_state_survives_a_segment_split_and_merge(gateway) -> None:
+    """Share state is per virtual partition: across a split and a merge of the segments
+    under a topic, nothing accepted comes back and every later record is delivered once."""
+    from support.scaling import scale
+
+    bs, topic, group = gateway.bootstrap, unique_topic("share-scale"), unique_topic("g")
+    partitions = 4
+    create_topic(bs, topic, partitions)
+
+    def wave(tag: str) -> None:
+        for p in range(partitions):
+            produce(bs, topic, _values(5, f"{tag}{p}-"), partition=p)
+
+    def consume(count: int) -> list[tuple[int, int]]:
+        consumer = share_consumer(bs, group, topic, explicit=True)
+        try:
+            got = poll_records(consumer, lambda r: len(r) >= count, ack=ACCEPT)
+            extra = poll_nothing(consumer, 1)
+        finally:
+            consumer.close()
+        return [(m.partition(), m.offset()) for m in got + extra]
+
+    wave("a")
+    first = consume(20)
+    split = scale(gateway, topic, {"split": 0, "parts": 2})
+    wave("b")
+    second = consume(20)
+    left, right = (s["segment_id"] for s in split["successors"])
+    scale(gateway, topic, {"merge": [left, right]})
+    wave("c")
+    third = consume(20)
+    seen = first + second + third
+    assert len(seen) == len(set(seen)) == 60  # nothing twice
+    assert sorted(seen) == [(p, o) for p in range(partitions) for o in range(15)]
