@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 from support.client import unique_topic
+from support.nodes import gateway_args as node_args
+from support.nodes import pg_url, postgres, requires_postgres  # noqa: F401
 from support.share import (
     ACCEPT,
     REJECT,
@@ -15,6 +17,8 @@ from support.share import (
     produce,
     share_consumer,
 )
+
+from harness.gateway import Gateway
 
 LOCK_MS = 1500
 LIMIT = 3
@@ -121,6 +125,22 @@ def test_poison_record_is_archived_after_the_delivery_limit(shared_gateway) -> N
 
 @pytest.mark.gateway_args("--share-auto-offset-reset", "earliest")
 def test_sigkill_loses_no_acknowledgement(gateway) -> None:
+    _sigkill_mid_run(gateway)
+
+
+@requires_postgres
+def test_sigkill_loses_no_acknowledgement_postgresql(tmp_path, pg_url) -> None:  # noqa: F811
+    """The same with the metadata (and so the share state) in PostgreSQL."""
+    args = [*node_args(pg_url), "--share-auto-offset-reset", "earliest"]
+    gw = Gateway(tmp_path / "data", tmp_path / "server.log", args, default_partitions=1)
+    gw.start_fresh()
+    try:
+        _sigkill_mid_run(gw)
+    finally:
+        gw.close()
+
+
+def _sigkill_mid_run(gateway: Gateway) -> None:
     """Accepted records are never delivered again after a SIGKILL; every other record
     (acquired but unacknowledged ones included) is delivered after the restart."""
     bs, topic, group = gateway.bootstrap, unique_topic("share-kill"), unique_topic("g")
