@@ -160,6 +160,10 @@ class SharePartition:
             kinds = [AckType(t) for t in types]
         except ValueError:
             return ShareError.INVALID_REQUEST
+        if last >= self.end:  # never handed out (this also bounds the loops below)
+            return ShareError.INVALID_RECORD_STATE
+        if len(kinds) == 1:
+            first = max(first, self.start)  # below the start everything is done
         for offset in range(first, last + 1):
             kind = kinds[0] if len(kinds) == 1 else kinds[offset - first]
             rec = self.records.get(offset)
@@ -187,7 +191,7 @@ class SharePartition:
         return ShareError.NONE
 
     def renew(self, member: str, first: int, last: int, deadline: float) -> None:
-        for offset in range(first, last + 1):
+        for offset in range(max(first, self.start), min(last, self.end - 1) + 1):
             rec = self.records.get(offset)
             if rec is not None and rec.state is RecordState.ACQUIRED and rec.owner == member:
                 rec.deadline = deadline

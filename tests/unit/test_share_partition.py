@@ -75,3 +75,12 @@ def test_assignment_spreads_partitions_and_shares_when_members_outnumber() -> No
     assert {p for parts in target.values() for p in parts} == {("t", 0), ("t", 1)}
     target = assign({"a": members["a"]}, {"t": 3})
     assert target["a"] == {("t", 0), ("t", 1), ("t", 2)}
+
+
+def test_acknowledgements_outside_the_window_are_refused_at_once() -> None:
+    part = SharePartition(0)
+    _acquire(part, "a", 0, 1)
+    huge = part.acknowledge("a", 0, 2**62, [AckType.ACCEPT], LIMIT)
+    assert huge is ShareError.INVALID_RECORD_STATE  # past the end: no loop over 2**62
+    assert part.acknowledge("a", 0, 1, [AckType.ACCEPT], LIMIT) is ShareError.NONE
+    assert part.acknowledge("a", -(2**62), 1, [AckType.ACCEPT], LIMIT) is ShareError.NONE
