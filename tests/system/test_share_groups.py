@@ -3,6 +3,8 @@ members, release, reject, lock timeout, the delivery limit, and a SIGKILL of the
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from support.client import unique_topic
 from support.nodes import gateway_args as node_args
@@ -288,3 +290,44 @@ def test_share_state_survives_a_segment_split_and_merge(gateway) -> None:
     seen = first + second + third
     assert len(seen) == len(set(seen)) == 60  # nothing twice
     assert sorted(seen) == [(p, o) for p in range(partitions) for o in range(15)]
+
+
+@pytest.mark.gateway_args("--share-auto-offset-reset", "earliest")
+def test_four_members_two_partitions_each_record_accepted_once(gateway) -> None:
+    """4 members share 2 partitions; one member releases every first delivery it gets:
+    those records come back (delivery count 2) and every record is accepted exactly once."""
+    bs, topic, group = gateway.bootstrap, unique_topic("share-4x2"), unique_topic("g")
+    create_topic(bs, topic, 2)
+    for p in range(2):
+        for start in range(0, 100, 10):
+            produce(bs, topic, _values(10, f"p{p}-{start}-"), partition=p)
+    members = [
+        share_consumer(bs, group, topic, explicit=True, **{"max.poll.records": 10})
+        for _ in range(4)
+    ]
+    accepted: list[tuple[int, int]] = []
+    released: set[tuple[int, int]] = set()
+    redelivered: dict[tuple[int, int], int] = {}
+    try:
+        deadline = time.monotonic() + 60
+        while len(accepted) < 200 and time.monotonic() < deadline:
+            for index, consumer in enumerate(members):
+                batch = [m for m in consumer.poll(0.2) if m.error() is None]
+                for m in batch:
+                    key = (m.partition(), m.offset())
+                    if index == 0 and m.delivery_count() == 1:
+                        consumer.acknowledge(m, RELEASE)
+                        released.add(key)
+                        continue
+                    if key in released:
+                        redelivered[key] = m.delivery_count()
+                    consumer.acknowledge(m, ACCEPT)
+                    accepted.append(key)
+                if batch:
+                    consumer.commit_sync(15)
+    finally:
+        for consumer in members:
+            consumer.close()
+    assert sorted(accepted) == [(p, o) for p in range(2) for o in range(100)]
+    assert released and set(redelivered) == released
+    assert all(count == 2 for count in redelivered.values())
