@@ -97,7 +97,9 @@ def test_unacknowledged_record_returns_after_the_lock(shared_gateway) -> None:
         assert len(held) == 3
         # the holder never acknowledges: after the lock the records go to the other member
         got = poll_records(other, lambda r: len(r) >= 3, timeout=LOCK_MS / 1000 + 10, ack=ACCEPT)
-        assert sorted((m.offset(), m.delivery_count()) for m in got) == [(0, 2), (1, 2), (2, 2)]
+        assert sorted(m.offset() for m in got) == [0, 1, 2]
+        # 2, or more if the holder's client fetched them again in the background meanwhile
+        assert all(m.delivery_count() >= 2 for m in got)
     finally:
         other.close()
         holder.close()
@@ -110,8 +112,8 @@ def test_poison_record_is_archived_after_the_delivery_limit(shared_gateway) -> N
     consumer = share_consumer(bs, group, topic, explicit=True)
     try:
         deliveries = []
-        for _ in range(LIMIT + 1):
-            got = poll_records(consumer, lambda r: bool(r), timeout=5)
+        for _ in range(LIMIT):
+            got = poll_records(consumer, lambda r: bool(r), timeout=10)
             for m in got:
                 deliveries.append((m.value(), m.delivery_count()))
                 consumer.acknowledge(m, RELEASE if m.value() == b"poison" else ACCEPT)
@@ -120,7 +122,7 @@ def test_poison_record_is_archived_after_the_delivery_limit(shared_gateway) -> N
         poison = [count for value, count in deliveries if value == b"poison"]
         assert poison == list(range(1, LIMIT + 1))  # then archived, never delivered again
         assert [count for value, count in deliveries if value == b"good"] == [1]
-        assert poll_nothing(consumer, 2) == []
+        assert poll_nothing(consumer, 1.5) == []
     finally:
         consumer.close()
 
