@@ -65,6 +65,9 @@ class SharePartition:
         self.start = start
         self.end = start if end is None else max(end, start)
         self.records: dict[int, InFlight] = {}  # ascending offsets, all in [start, end)
+        # No lock runs out before this (None: nothing acquired); an early guess is fine,
+        # it only costs one scan. Keeps the coordinator's timer from scanning every window.
+        self.lock_deadline: float | None = None
 
     @classmethod
     def restore(cls, snapshot: Snapshot) -> SharePartition:
@@ -133,6 +136,8 @@ class SharePartition:
                     rec.delivery_count += 1
                     rec.owner = member
                     rec.deadline = deadline
+                    if self.lock_deadline is None or deadline < self.lock_deadline:
+                        self.lock_deadline = deadline
                     taken += 1
                     _extend(runs, offset, rec.delivery_count)
             offset += 1
@@ -208,18 +213,22 @@ class SharePartition:
 
     def expire_locks(self, now: float, limit: int) -> int:
         """Release every record whose acquisition lock has run out; how many."""
+        if self.lock_deadline is None or now < self.lock_deadline:
+            return 0
         expired = 0
+        earliest: float | None = None
         for rec in self.records.values():
-            if rec.state is RecordState.ACQUIRED and rec.deadline <= now:
+            if rec.state is not RecordState.ACQUIRED:
+                continue
+            if rec.deadline <= now:
                 self._release(rec, limit)
                 expired += 1
+            elif earliest is None or rec.deadline < earliest:
+                earliest = rec.deadline
+        self.lock_deadline = earliest
         if expired:
             self._advance()
         return expired
-
-    def next_deadline(self) -> float | None:
-        deadlines = [r.deadline for r in self.records.values() if r.state is RecordState.ACQUIRED]
-        return min(deadlines, default=None)
 
     def reset(self, start: int) -> None:
         """Move the start (an admin reset): the window is dropped."""
