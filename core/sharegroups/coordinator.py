@@ -355,6 +355,8 @@ class ShareCoordinator:
                 for pos, header in iter_stored_batches(chunk):
                     if header.last_offset < position:
                         continue
+                    if not progressed and header.base_offset > position:
+                        part.vanished(position, header.base_offset - 1)  # compacted away
                     progressed = True
                     if header.is_control:
                         part.skip(header.base_offset, header.last_offset)

@@ -151,6 +151,15 @@ class SharePartition:
             self.end = last + 1
             self._advance()
 
+    def vanished(self, first: int, last: int) -> None:
+        """Offsets [first, last] are no longer in the log (compaction removed them): what
+        was waiting there is done; records someone holds are left to their owner."""
+        for offset in range(max(first, self.start), min(last, self.end - 1) + 1):
+            rec = self.records.get(offset)
+            if rec is not None and rec.state is RecordState.AVAILABLE:
+                rec.state = RecordState.ARCHIVED
+        self._advance()
+
     # --- acknowledgement ---------------------------------------------------------------
 
     def acknowledge(

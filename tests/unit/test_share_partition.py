@@ -84,3 +84,11 @@ def test_acknowledgements_outside_the_window_are_refused_at_once() -> None:
     assert huge is ShareError.INVALID_RECORD_STATE  # past the end: no loop over 2**62
     assert part.acknowledge("a", 0, 1, [AckType.ACCEPT], LIMIT) is ShareError.NONE
     assert part.acknowledge("a", -(2**62), 1, [AckType.ACCEPT], LIMIT) is ShareError.NONE
+
+
+def test_records_compacted_away_do_not_hold_the_start() -> None:
+    part = SharePartition(0)
+    _acquire(part, "a", 0, 3)
+    part.acknowledge("a", 0, 3, [AckType.RELEASE], LIMIT)
+    part.vanished(0, 1)  # the log now starts its batches at 2
+    assert part.start == 2 and part.first_available() == 2
