@@ -214,10 +214,16 @@ async def share_fetch(ctx: GatewayContext, header: RequestHeader, body: Any) -> 
     deadline = trio.current_time() + max(0.0, body.max_wait.total_seconds())
     max_records = body.max_records if body.max_records > 0 else 500
     max_bytes = body.max_bytes if body.max_bytes > 0 else 2**31 - 1
+    # Start at a different partition each request, so one busy partition does not take
+    # every request's max_records from the others.
+    order = sorted(session.partitions)
+    if order:
+        turn = max(epoch, 0) % len(order)
+        order = order[turn:] + order[:turn]
     while True:
         watched = []
         got = False
-        for topic_name, index in sorted(session.partitions):
+        for topic_name, index in order:
             stream = ctx.store.get(topic_name)
             if stream is None or not stream.has_partition(index):
                 continue
