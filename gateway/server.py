@@ -91,7 +91,7 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.SYNC_GROUP: groups.sync_group,
     ApiKey.DESCRIBE_GROUPS: groups.describe_groups,
     ApiKey.LIST_GROUPS: share_admin.list_groups,  # classic groups, then share groups
-    ApiKey.DELETE_GROUPS: groups.delete_groups,
+    ApiKey.DELETE_GROUPS: share_admin.delete_groups,  # share groups, then classic
     ApiKey.OFFSET_DELETE: offsets.offset_delete,
     ApiKey.API_VERSIONS: admin.api_versions,
     ApiKey.CREATE_TOPICS: admin.create_topics,

@@ -457,6 +457,17 @@ class ShareCoordinator:
         await self._persist(keys)
         return ShareError.NONE
 
+    async def delete_group(self, group_id: str) -> ShareError:
+        """DeleteGroups: forget an empty share group and all its share state."""
+        group = self.groups.get(group_id)
+        if group is not None and group.members:
+            return ShareError.NON_EMPTY_GROUP
+        self.groups.pop(group_id, None)
+        for key in [k for k in self.partitions if k[0] == group_id]:
+            del self.partitions[key]
+        await self._call(self.metadata.delete_share_partitions, group_id)
+        return ShareError.NONE
+
     async def delete_start_offsets(self, group_id: str, topics: list[str]) -> ShareError:
         group = self.groups.get(group_id)
         if group is not None and group.members:

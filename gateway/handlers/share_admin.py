@@ -160,3 +160,33 @@ async def list_groups(ctx: GatewayContext, header: RequestHeader, body: Any) -> 
             }
         )
     return response
+
+
+async def delete_groups(ctx: GatewayContext, header: RequestHeader, body: Any) -> dict[str, Any]:
+    """DeleteGroups: share groups are deleted here (when empty), the rest by the classic
+    coordinator; the results in request order."""
+    shares = ctx.shares
+    names = list(body.groups_names)
+    own = {
+        n
+        for n in names
+        if shares is not None and shares.group(n) is not None and ctx.groups.group(n) is None
+    }
+    if not own:
+        return await classic.delete_groups(ctx, header, body)
+    errors: dict[str, int] = {}
+    assert shares is not None
+    for name in own:
+        errors[name] = await shares.delete_group(name)
+    rest = [n for n in names if n not in own]
+    if rest:
+        answer = await classic.delete_groups(ctx, header, _Names(tuple(rest)))
+        errors.update({r["group_id"]: r["error_code"] for r in answer["results"]})
+    return {"results": [{"group_id": n, "error_code": errors[n]} for n in names]}
+
+
+class _Names:
+    """A DeleteGroups body naming only the classic groups."""
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.groups_names = names

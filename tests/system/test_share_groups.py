@@ -246,6 +246,12 @@ def test_admin_apis_show_and_move_the_share_start_offset(shared_gateway) -> None
             ApiVersionsRequest(client_software_name="t", client_software_version="1")
         )
         assert "share.version" in {f.name for f in versions.finalized_features}
+        from kio.schema.delete_groups.v2.request import DeleteGroupsRequest
+
+        gone = raw.request(DeleteGroupsRequest(groups_names=(group, "no-such-group")))
+        assert [int(r.error_code) for r in gone.results] == [0, 69]  # GROUP_ID_NOT_FOUND
+        listed = raw.request(ListGroupsRequest(states_filter=()))
+        assert group not in {g.group_id for g in listed.groups}
     # the state was deleted: the share partition starts afresh (earliest), all five again
     again = share_consumer(bs, group, topic, explicit=True)
     try:
