@@ -24,6 +24,7 @@ from core.configs.broker import DynamicBrokerConfigs
 from core.credentials import Credentials, CredentialStore
 from core.groups import GroupCoordinator, GroupSettings
 from core.metadata import SQLiteCredentialStore
+from core.sharegroups import ShareCoordinator, ShareSettings
 from core.store import StoreSettings, StreamStore
 from core.tiering import TierSettings
 from core.txn import TransactionCoordinator
@@ -76,6 +77,7 @@ class Settings:
     multi_node: bool = False  # several active nodes (experimental; docs/several-nodes.md)
     wal: str = "local"  # or "object": the write-ahead log in object storage (core/wal)
     wal_settings: WalSettings = field(default_factory=WalSettings)
+    share: ShareSettings = field(default_factory=ShareSettings)  # share groups
 
 
 async def serve(settings: Settings) -> None:
@@ -120,6 +122,9 @@ async def serve(settings: Settings) -> None:
             membership.offsets_sink = groups.offsets.refresh_group
             groups.offsets.group_loader = membership.load_group_offsets
         await root.start(groups.run)
+        shares = ShareCoordinator(store, store.metadata, settings.share, offload=store.worker.call)
+        store.on_topic_deleted.append(shares.on_topic_deleted)
+        await root.start(shares.run)
         txns = TransactionCoordinator(store, store.metadata, store.worker, groups.offsets.commit)
         await root.start(txns.run)
         try:
@@ -148,6 +153,7 @@ async def serve(settings: Settings) -> None:
                             server_nursery,
                             txns,
                             credentials,
+                            shares,
                             authorizer=authorizer,
                         )
                     )
@@ -164,6 +170,7 @@ async def serve(settings: Settings) -> None:
                         break
         finally:
             txns.stop()
+            shares.stop()
             groups.stop()
             store.stop()  # flushers drain what is queued, then the store closes
             credentials.backend.close()
@@ -266,6 +273,7 @@ async def _serve_tcp(
     nursery: trio.Nursery,
     transactions: TransactionCoordinator | None,
     credentials: Credentials,
+    shares: ShareCoordinator | None,
     task_status: trio.TaskStatus[list[trio.SocketListener]],
     authorizer: Authorizer | None = None,
 ) -> None:
@@ -314,6 +322,7 @@ async def _serve_tcp(
         if settings.listeners is not None
         else (),
         transactions=transactions,
+        shares=shares,
     )
     if settings.metadata_url:  # a node of a cluster answers with its own id
         ctx.node_id = settings.node_id

@@ -13,6 +13,7 @@ from cli import acl_flags
 from cli.app import Settings, serve
 from core import interpreter_tuning
 from core.compaction import CompactionSettings
+from core.sharegroups import ShareSettings
 from core.tiering import TierSettings
 from core.wal.writer import (
     DEFAULT_FLUSH_BYTES,
@@ -109,6 +110,32 @@ def register(commands: argparse._SubParsersAction) -> None:
         default=int(_env("GROUP_INITIAL_REBALANCE_DELAY_MS", "300") or 0),
         help="how long a new group waits for more members before its first rebalance "
         "(STREAMGATE_GROUP_INITIAL_REBALANCE_DELAY_MS, default 300; Kafka's is 3000)",
+    )
+    serve_cmd.add_argument(
+        "--share-record-lock-ms",
+        type=int,
+        default=int(_env("SHARE_RECORD_LOCK_MS", "30000") or 0),
+        help="share groups: how long a delivered record stays acquired before it is "
+        "redelivered (Kafka's group.share.record.lock.duration.ms; default 30000)",
+    )
+    serve_cmd.add_argument(
+        "--share-delivery-count-limit",
+        type=int,
+        default=int(_env("SHARE_DELIVERY_COUNT_LIMIT", "5") or 0),
+        help="share groups: deliveries before a record is archived "
+        "(group.share.delivery.count.limit; default 5)",
+    )
+    serve_cmd.add_argument(
+        "--share-auto-offset-reset",
+        choices=("latest", "earliest"),
+        default=_env("SHARE_AUTO_OFFSET_RESET", "latest") or "latest",
+        help="share groups: where a new share partition starts (share.auto.offset.reset)",
+    )
+    serve_cmd.add_argument(
+        "--share-session-timeout-ms",
+        type=int,
+        default=int(_env("SHARE_SESSION_TIMEOUT_MS", "45000") or 0),
+        help="share groups: a member silent this long leaves the group (default 45000)",
     )
     metrics = _env("METRICS_LISTEN")
     serve_cmd.add_argument(
@@ -415,6 +442,12 @@ def run(args: argparse.Namespace) -> int:
         max_message_bytes=args.max_message_bytes,
         connections_max_idle_ms=args.connections_max_idle_ms,
         group_initial_rebalance_delay_ms=args.group_initial_rebalance_delay_ms,
+        share=ShareSettings(
+            record_lock_ms=args.share_record_lock_ms,
+            delivery_count_limit=args.share_delivery_count_limit,
+            auto_offset_reset=args.share_auto_offset_reset,
+            session_timeout_ms=args.share_session_timeout_ms,
+        ),
         metrics_listen=args.metrics_listen,
         admin_insecure=args.admin_insecure,
         admin_tls=admin_tls,

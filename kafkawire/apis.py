@@ -56,6 +56,13 @@ class ApiKey(IntEnum):
     DESCRIBE_CLUSTER = 60
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
+    SHARE_GROUP_HEARTBEAT = 76
+    SHARE_GROUP_DESCRIBE = 77
+    SHARE_FETCH = 78
+    SHARE_ACKNOWLEDGE = 79
+    DESCRIBE_SHARE_GROUP_OFFSETS = 90
+    ALTER_SHARE_GROUP_OFFSETS = 91
+    DELETE_SHARE_GROUP_OFFSETS = 92
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,4 +136,20 @@ SUPPORTED_APIS: dict[int, ApiSupport] = {
     ApiKey.SASL_AUTHENTICATE: ApiSupport(0, 2, 2),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: ApiSupport(0, 0, 0),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: ApiSupport(0, 0, 0),
+    # Share groups (gateway/handlers/share.py, core/sharegroups): Kafka 4.1's versions.
+    ApiKey.SHARE_GROUP_HEARTBEAT: ApiSupport(1, 1, 0),
+    ApiKey.SHARE_GROUP_DESCRIBE: ApiSupport(1, 1, 0),
+    ApiKey.SHARE_FETCH: ApiSupport(1, 1, 0),
+    ApiKey.SHARE_ACKNOWLEDGE: ApiSupport(1, 1, 0),
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: ApiSupport(0, 1, 0),
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS: ApiSupport(0, 0, 0),
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS: ApiSupport(0, 0, 0),
+}
+
+
+# Feature flags advertised in ApiVersions v3+ (KIP-584), as (min, max) supported levels,
+# every one finalized at its max: what the implemented protocols amount to. Minimums are
+# at least 1: clients before KIP-1022 (Java 3.x) refuse a supported range starting at 0.
+SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {
+    "share.version": (1, 1),  # share groups (KIP-932)
 }

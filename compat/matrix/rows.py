@@ -47,6 +47,11 @@ ROWS: tuple[Row, ...] = (
     Row("oversize-refused", "a record over the topic's max.message.bytes is refused", partitions=0),
     Row("restart", "records and committed offsets survive a restart", phased=True),
     Row("transactions", "transactional producer commits a transaction"),
+    Row(
+        "share-group",
+        "share group (KIP-932): two share consumers, each record once, a release redelivered",
+        partitions=1,
+    ),
 )
 
 ROW_IDS = tuple(r.id for r in ROWS)

@@ -11,7 +11,7 @@ from core.acl.model import CLUSTER_NAME, SUPPORTED_OPERATIONS, Operation, Resour
 from core.api import ZERO_UUID, Topic, TopicError, validate_topic_name
 from core.cluster.view import CLUSTER
 from core.errors import ErrorCode
-from kafkawire.apis import SUPPORTED_APIS
+from kafkawire.apis import SUPPORTED_APIS, SUPPORTED_FEATURES
 from kafkawire.codec import RequestHeader
 from kafkawire.metadata_response import TopicMetadata, encode_metadata_response
 
@@ -34,6 +34,16 @@ def api_versions_body(error_code: int = ErrorCode.NONE) -> dict[str, Any]:
         "api_keys": [
             {"api_key": key, "min_version": s.advertised_min, "max_version": s.max_version}
             for key, s in sorted(SUPPORTED_APIS.items())
+        ],
+        # v3+ (tagged fields; older versions drop them)
+        "supported_features": [
+            {"name": name, "min_version": low, "max_version": high}
+            for name, (low, high) in sorted(SUPPORTED_FEATURES.items())
+        ],
+        "finalized_features_epoch": 1 if SUPPORTED_FEATURES else -1,
+        "finalized_features": [
+            {"name": name, "max_version_level": high, "min_version_level": high}
+            for name, (_low, high) in sorted(SUPPORTED_FEATURES.items())
         ],
     }
 

@@ -66,6 +66,12 @@ def test_matrix_against_streamgate(gateway: Gateway, tmp_path: Path) -> None:
         assert by[(r, "kcat")].status == NA, by[(r, "kcat")]
     assert by[("topic-ids", "aiokafka")].status == NA
     assert by[("group-coop-sticky", "aiokafka")].status == NA
+    # share groups: confluent-kafka's ShareConsumer; the other clients have none
+    assert by[("share-group", "confluent-kafka")].status == PASS, by[
+        ("share-group", "confluent-kafka")
+    ]
+    for column in ("kafka-python", "aiokafka", "kcat"):
+        assert by[("share-group", column)].status == NA, by[("share-group", column)]
 
 
 @pytest.fixture(scope="module")
@@ -119,6 +125,11 @@ def test_matrix_against_kafka(kafka: KafkaBroker, tmp_path: Path) -> None:
         ("oversize-refused", "kcat"),
         ("topic-ids", "kcat"),
         ("topic-ids", "aiokafka"),
+        # Kafka 3.5 has no share groups (and only confluent-kafka has a share consumer)
+        ("share-group", "kafka-python"),
+        ("share-group", "confluent-kafka"),
+        ("share-group", "aiokafka"),
+        ("share-group", "kcat"),
     }
 
 
