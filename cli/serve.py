@@ -104,6 +104,20 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="largest record batch accepted (STREAMGATE_MAX_MESSAGE_BYTES)",
     )
     serve_cmd.add_argument(
+        "--group-consumer-session-timeout-ms",
+        type=int,
+        default=int(_env("GROUP_CONSUMER_SESSION_TIMEOUT_MS", "45000") or 0),
+        help="consumer groups (group.protocol=consumer): how long a silent member stays "
+        "(STREAMGATE_GROUP_CONSUMER_SESSION_TIMEOUT_MS, default 45000, as Kafka)",
+    )
+    serve_cmd.add_argument(
+        "--group-consumer-heartbeat-interval-ms",
+        type=int,
+        default=int(_env("GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS", "5000") or 0),
+        help="consumer groups (group.protocol=consumer): the heartbeat interval members are "
+        "given (STREAMGATE_GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS, default 5000, as Kafka)",
+    )
+    serve_cmd.add_argument(
         "--group-initial-rebalance-delay-ms",
         type=int,
         default=int(_env("GROUP_INITIAL_REBALANCE_DELAY_MS", "300") or 0),
@@ -394,6 +408,8 @@ def run(args: argparse.Namespace) -> int:
         max_message_bytes=args.max_message_bytes,
         connections_max_idle_ms=args.connections_max_idle_ms,
         group_initial_rebalance_delay_ms=args.group_initial_rebalance_delay_ms,
+        group_consumer_session_timeout_ms=args.group_consumer_session_timeout_ms,
+        group_consumer_heartbeat_interval_ms=args.group_consumer_heartbeat_interval_ms,
         metrics_listen=args.metrics_listen,
         scaling_window_s=args.scaling_window_s,
         # Default: evaluate a dozen times per window, at most every 5 s.

@@ -28,6 +28,7 @@ from gateway.handlers import (
     admin,
     cluster,
     configs,
+    consumer_groups,
     data,
     groups,
     offsets,
@@ -121,6 +122,8 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.SASL_AUTHENTICATE: security_handlers.sasl_authenticate,
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: security_handlers.describe_user_scram_credentials,
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: security_handlers.alter_user_scram_credentials,
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: consumer_groups.consumer_group_heartbeat,
+    ApiKey.CONSUMER_GROUP_DESCRIBE: consumer_groups.consumer_group_describe,
 }
 assert set(HANDLERS) == set(SUPPORTED_APIS), "every advertised API needs a handler"
 

@@ -56,6 +56,8 @@ class ApiKey(IntEnum):
     DESCRIBE_CLUSTER = 60
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
+    CONSUMER_GROUP_HEARTBEAT = 68
+    CONSUMER_GROUP_DESCRIBE = 69
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +94,7 @@ SUPPORTED_APIS: dict[int, ApiSupport] = {
     ApiKey.SYNC_GROUP: ApiSupport(0, 5, 4),
     ApiKey.DESCRIBE_GROUPS: ApiSupport(0, 5, 5),
     ApiKey.LIST_GROUPS: ApiSupport(0, 4, 3),
-    ApiKey.API_VERSIONS: ApiSupport(0, 3, 3),
+    ApiKey.API_VERSIONS: ApiSupport(0, 4, 3),
     ApiKey.CREATE_TOPICS: ApiSupport(2, 7, 5),  # v7: topic id
     ApiKey.DELETE_TOPICS: ApiSupport(1, 6, 4),  # v6: by topic id
     ApiKey.DELETE_RECORDS: ApiSupport(0, 2, 2),
@@ -129,4 +131,12 @@ SUPPORTED_APIS: dict[int, ApiSupport] = {
     ApiKey.SASL_AUTHENTICATE: ApiSupport(0, 2, 2),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: ApiSupport(0, 0, 0),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: ApiSupport(0, 0, 0),
+    # The next-generation consumer group protocol (gateway/handlers/consumer_groups.py).
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: ApiSupport(0, 1, 0),
+    ApiKey.CONSUMER_GROUP_DESCRIBE: ApiSupport(0, 1, 0),
 }
+
+# Feature flags ApiVersions v3+ reports: name -> (min, max) supported, and the level in
+# force. group.version 1: the consumer group protocol (ConsumerGroupHeartbeat) is on.
+SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {"group.version": (0, 1)}
+FINALIZED_FEATURES: dict[str, int] = {"group.version": 1}
