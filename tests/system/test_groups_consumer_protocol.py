@@ -1,0 +1,125 @@
+"""The next-generation consumer group protocol (`group.protocol=consumer`) with confluent-kafka.
+
+The gateway assigns (server-side assignors); members commit after processing and the test
+waits for the commits before changing membership, so every record must be consumed exactly
+once by the group as a whole. The gateway runs with a short heartbeat interval and session
+timeout so that changes settle in a second or two.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from support.client import wait_until
+from support.groups import (
+    ROUND_PER_PARTITION,
+    ConfluentConsumerProtocolMember,
+    ConfluentMember,
+    Consumed,
+    create_topic,
+    duplicates,
+    produce,
+    wait_consumed,
+    wait_for_cover,
+)
+
+GATEWAY_ARGS = (
+    "--group-consumer-heartbeat-interval-ms",
+    "300",
+    "--group-consumer-session-timeout-ms",
+    "4000",
+)
+KIND = "confluent-consumer-protocol"
+
+
+@pytest.mark.parametrize("assignor", ["uniform", "range"])
+def test_three_members_share_then_leave_and_join(shared_gateway, group_run, assignor):
+    run = group_run(shared_gateway, f"kip848-{assignor}", 12)
+    members = run.members([KIND] * 3, assignor)
+    everyone = list(members)
+    run.start(members)
+    assert sorted(len(m.assignment) for m in members) == [4, 4, 4]
+    values = [run.produce_round("joined", ROUND_PER_PARTITION)]
+
+    leaver = members.pop(0)
+    leaver.stop()
+    wait_for_cover(members, run.partitions)
+    values.append(run.produce_round("left", 2 * ROUND_PER_PARTITION))
+
+    late = run.adopt(
+        ConfluentConsumerProtocolMember(
+            "late", run.bootstrap, run.group, [run.topic], run.sink, assignor
+        )
+    )
+    everyone.append(late)
+    members.append(late)
+    run.start([late], cover=members)
+    values.append(run.produce_round("late", 3 * ROUND_PER_PARTITION))
+    run.stop()
+
+    assert [m.stats.errors for m in everyone] == [[] for _ in everyone]
+    assert duplicates(run.sink) == {}, "a record was consumed twice"
+    assert set().union(*values) == {c.value for c in run.sink}
+
+
+def test_regex_subscription_picks_up_a_new_topic(shared_gateway):
+    prefix = f"rx{uuid.uuid4().hex[:8]}"
+    first = create_topic(shared_gateway.bootstrap, f"{prefix}-a", 2)
+    sink: list[Consumed] = []
+    member = ConfluentConsumerProtocolMember(
+        "rx", shared_gateway.bootstrap, f"group-{prefix}", [f"^{prefix}-.*"], sink, "uniform"
+    )
+    member.start()
+    try:
+        wait_for_cover([member], first)
+        later = create_topic(shared_gateway.bootstrap, f"{prefix}-b", 3)
+        wait_for_cover([member], first | later)
+        values = produce(shared_gateway.bootstrap, f"{prefix}-b", 3, "late-topic", 30)
+        wait_consumed(sink, values)
+    finally:
+        member.stop()
+    assert member.stats.errors == []
+
+
+def test_static_member_comes_back_to_its_partitions(shared_gateway, group_run):
+    run = group_run(shared_gateway, "kip848-static", 4)
+    a, b = (
+        run.adopt(
+            ConfluentConsumerProtocolMember(
+                name, run.bootstrap, run.group, [run.topic], run.sink, "uniform", name
+            )
+        )
+        for name in ("static-a", "static-b")
+    )
+    run.start([a, b])
+    before = a.assignment
+    a.stop()  # a static member leaves "for now": b does not take its partitions
+    time.sleep(1.5)
+    assert b.assignment == run.partitions - before
+    again = run.adopt(
+        ConfluentConsumerProtocolMember(
+            "static-a", run.bootstrap, run.group, [run.topic], run.sink, "uniform", "static-a"
+        )
+    )
+    again.start()
+    wait_until(lambda: again.assignment == before, timeout=20, interval=0.05)
+    assert b.assignment == run.partitions - before
+    values = run.produce_round("static", ROUND_PER_PARTITION)
+    assert duplicates(run.sink, values) == {}
+
+
+def test_classic_members_of_the_same_group_are_refused(shared_gateway, group_run):
+    """The two protocols do not mix in one group while it has members (the classic member
+    gets INCONSISTENT_GROUP_PROTOCOL); a classic group in another id is unaffected."""
+    run = group_run(shared_gateway, "kip848-mixed", 2)
+    new = run.members([KIND], "uniform")[0]
+    run.start([new])
+    classic = run.adopt(
+        ConfluentMember("classic", run.bootstrap, run.group, [run.topic], run.sink, "range")
+    )
+    classic.start()
+    wait_until(lambda: classic.stats.errors, timeout=20, interval=0.05)
+    assert "INCONSISTENT_GROUP_PROTOCOL" in classic.stats.errors[0]
+    assert new.assignment == run.partitions
