@@ -85,15 +85,15 @@ SUPPORTED_APIS: dict[int, ApiSupport] = {
     ApiKey.FETCH: ApiSupport(4, 15, 12),  # v13+: topic ids
     ApiKey.LIST_OFFSETS: ApiSupport(1, 8, 6),
     ApiKey.METADATA: ApiSupport(0, 12, 9),
-    ApiKey.OFFSET_COMMIT: ApiSupport(2, 8, 8),
-    ApiKey.OFFSET_FETCH: ApiSupport(1, 7, 6),
+    ApiKey.OFFSET_COMMIT: ApiSupport(2, 9, 8),  # v9: member epochs of consumer groups
+    ApiKey.OFFSET_FETCH: ApiSupport(1, 9, 6),  # v8: several groups, v9: member epochs
     ApiKey.FIND_COORDINATOR: ApiSupport(0, 3, 3),
     ApiKey.JOIN_GROUP: ApiSupport(0, 7, 6),
     ApiKey.HEARTBEAT: ApiSupport(0, 4, 4),
     ApiKey.LEAVE_GROUP: ApiSupport(0, 4, 4),
     ApiKey.SYNC_GROUP: ApiSupport(0, 5, 4),
     ApiKey.DESCRIBE_GROUPS: ApiSupport(0, 5, 5),
-    ApiKey.LIST_GROUPS: ApiSupport(0, 4, 3),
+    ApiKey.LIST_GROUPS: ApiSupport(0, 5, 3),  # v5: group types
     ApiKey.API_VERSIONS: ApiSupport(0, 4, 3),
     ApiKey.CREATE_TOPICS: ApiSupport(2, 7, 5),  # v7: topic id
     ApiKey.DELETE_TOPICS: ApiSupport(1, 6, 4),  # v6: by topic id

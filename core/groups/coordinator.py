@@ -490,6 +490,13 @@ class GroupCoordinator:
             return ErrorCode.UNKNOWN_SERVER_ERROR
         return ErrorCode.NONE
 
+    def validate_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode:
+        """OffsetFetch v9+: a consumer group member fetching (member id given) must be
+        one, with its epoch; anyone else (tools, classic members) fetches freely."""
+        if not member_id or group_id not in self.consumer.groups:
+            return ErrorCode.NONE
+        return self.consumer.validate_commit(group_id, member_id, member_epoch)
+
     def committed(self, group_id: str, partition: Partition) -> CommittedOffset | None:
         return self.offsets.get(group_id, partition)
 

@@ -23,6 +23,8 @@ _KEY_TYPE_GROUP, _KEY_TYPE_TRANSACTION = 0, 1
 # when there is no authorizer.
 _GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 _OPERATIONS_NOT_REQUESTED = -(2**31)
+# ListGroups v5 group types
+_CLASSIC, _CONSUMER = "classic", "consumer"
 
 
 async def find_coordinator(ctx: GatewayContext, header: RequestHeader, body: Any) -> dict[str, Any]:
@@ -139,19 +141,35 @@ async def leave_group(ctx: GatewayContext, header: RequestHeader, body: Any) -> 
 
 
 async def list_groups(ctx: GatewayContext, header: RequestHeader, body: Any) -> dict[str, Any]:
+    """Classic groups and consumer groups (protocol type "consumer", group type "consumer"
+    from v5), filtered by state (v4+) and type (v5+), case-insensitively as Kafka does."""
     wanted = getattr(body, "states_filter", ())
     states = {s.lower() for s in wanted} if wanted else None
-    return {
-        "error_code": ErrorCode.NONE,
-        "groups": [
+    wanted_types = {t.lower() for t in getattr(body, "types_filter", ())}
+    groups: list[dict[str, Any]] = []
+    if not wanted_types or _CLASSIC in wanted_types:
+        groups.extend(
             {
                 "group_id": g.group_id,
                 "protocol_type": g.protocol_type or "",
                 "group_state": g.state.value,
+                "group_type": _CLASSIC,
             }
             for g in ctx.groups.list_groups(states)
-        ],
-    }
+        )
+    if not wanted_types or _CONSUMER in wanted_types:
+        for group in ctx.groups.consumer.groups.values():
+            state = group.state().value
+            if states is None or state.lower() in states:
+                groups.append(
+                    {
+                        "group_id": group.group_id,
+                        "protocol_type": _CONSUMER,
+                        "group_state": state,
+                        "group_type": _CONSUMER,
+                    }
+                )
+    return {"error_code": ErrorCode.NONE, "groups": groups}
 
 
 async def describe_groups(ctx: GatewayContext, header: RequestHeader, body: Any) -> dict[str, Any]:

@@ -8,6 +8,8 @@ timeout so that changes settle in a second or two.
 
 from __future__ import annotations
 
+import argparse
+import io
 import time
 import uuid
 
@@ -123,3 +125,55 @@ def test_classic_members_of_the_same_group_are_refused(shared_gateway, group_run
     wait_until(lambda: classic.stats.errors, timeout=20, interval=0.05)
     assert "INCONSISTENT_GROUP_PROTOCOL" in classic.stats.errors[0]
     assert new.assignment == run.partitions
+
+
+def test_listing_describing_and_offset_fetch_of_a_consumer_group(shared_gateway, group_run):
+    """ListGroups v5 types, the admin client's describe (ConsumerGroupDescribe), `streamgate
+    groups`, and OffsetFetch v9 checking the member epoch of a consumer group member."""
+    from confluent_kafka import ConsumerGroupType
+    from confluent_kafka.admin import AdminClient
+    from kio.schema.offset_fetch.v9.request import OffsetFetchRequest, OffsetFetchRequestGroup
+    from support.client import RawClient
+
+    from cli.groups import run_groups
+
+    run = group_run(shared_gateway, "kip848-admin", 3)
+    member = run.members([KIND], "range")[0]
+    run.start([member])
+    run.produce_round("admin", ROUND_PER_PARTITION)
+
+    admin = AdminClient({"bootstrap.servers": run.bootstrap})
+    listed = admin.list_consumer_groups(types={ConsumerGroupType.CONSUMER}).result(20)
+    assert run.group in {g.group_id for g in listed.valid}
+    classic = admin.list_consumer_groups(types={ConsumerGroupType.CLASSIC}).result(20)
+    assert run.group not in {g.group_id for g in classic.valid}
+    described = admin.describe_consumer_groups([run.group])[run.group].result(20)
+    assert described.type == ConsumerGroupType.CONSUMER
+    assert [len(m.assignment.topic_partitions) for m in described.members] == [3]
+
+    out = io.StringIO()
+    assert run_groups(argparse.Namespace(groups_command="list", bootstrap=run.bootstrap), out) == 0
+    assert any(
+        run.group in line and line.split()[-1] == "consumer" for line in out.getvalue().splitlines()
+    )
+    out = io.StringIO()
+    args = argparse.Namespace(groups_command="describe", group=run.group, bootstrap=run.bootstrap)
+    assert run_groups(args, out) == 0
+    assert out.getvalue().count("m0-confluent-consumer-protocol") == 3  # owner of each partition
+
+    with RawClient(run.bootstrap) as client:
+        response = client.request(
+            OffsetFetchRequest(
+                groups=(
+                    OffsetFetchRequestGroup(group_id=run.group, topics=None),
+                    OffsetFetchRequestGroup(
+                        group_id=run.group, member_id="nobody", member_epoch=1, topics=None
+                    ),
+                ),
+                require_stable=False,
+            )
+        )
+    tools, stranger = response.groups
+    assert tools.error_code == 0
+    assert sorted(p.committed_offset for t in tools.topics for p in t.partitions) == [10, 10, 10]
+    assert stranger.error_code == 25  # UNKNOWN_MEMBER_ID
