@@ -87,12 +87,12 @@ SUPPORTED_APIS: dict[int, ApiSupport] = {
     ApiKey.METADATA: ApiSupport(0, 12, 9),
     ApiKey.OFFSET_COMMIT: ApiSupport(2, 9, 8),  # v9: member epochs of consumer groups
     ApiKey.OFFSET_FETCH: ApiSupport(1, 9, 6),  # v8: several groups, v9: member epochs
-    ApiKey.FIND_COORDINATOR: ApiSupport(0, 3, 3),
-    ApiKey.JOIN_GROUP: ApiSupport(0, 7, 6),
+    ApiKey.FIND_COORDINATOR: ApiSupport(0, 4, 3),  # v4: several keys
+    ApiKey.JOIN_GROUP: ApiSupport(0, 9, 6),  # v8: reason, v9: skip_assignment (never set)
     ApiKey.HEARTBEAT: ApiSupport(0, 4, 4),
-    ApiKey.LEAVE_GROUP: ApiSupport(0, 4, 4),
+    ApiKey.LEAVE_GROUP: ApiSupport(0, 5, 4),  # v5: reason
     ApiKey.SYNC_GROUP: ApiSupport(0, 5, 4),
-    ApiKey.DESCRIBE_GROUPS: ApiSupport(0, 5, 5),
+    ApiKey.DESCRIBE_GROUPS: ApiSupport(0, 6, 5),  # v6: GROUP_ID_NOT_FOUND
     ApiKey.LIST_GROUPS: ApiSupport(0, 5, 3),  # v5: group types
     ApiKey.API_VERSIONS: ApiSupport(0, 4, 3),
     ApiKey.CREATE_TOPICS: ApiSupport(2, 7, 5),  # v7: topic id

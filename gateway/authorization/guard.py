@@ -323,6 +323,42 @@ def _offset_fetch(
     return guarded_fetch()
 
 
+def _find_coordinator(
+    ctx: GatewayContext, header: RequestHeader, body: Any, inner: Handler
+) -> Awaitable[Response]:
+    """Before v4 the rule. v4+ (several keys): each key the principal may not DESCRIBE (a
+    group, or a transactional id) is answered with the authorization error, not looked up."""
+    if header.api_version < 4:
+        return apply(RULES[ApiKey.FIND_COORDINATOR], ctx, header, body, inner)
+    rtype = TXN if body.key_type == 1 else GROUP
+    refused = {k for k in body.coordinator_keys if not allowed(ctx, Operation.DESCRIBE, rtype, k)}
+    kept = tuple(k for k in body.coordinator_keys if k not in refused)
+
+    async def guarded_find() -> Response:
+        response: Any = (
+            await inner(ctx, header, dataclasses.replace(body, coordinator_keys=kept))
+            if kept
+            else None
+        )
+        answered = {c["key"]: c for c in (response or {}).get("coordinators", [])}
+        return {
+            "coordinators": [
+                answered.get(key)
+                or {
+                    "key": key,
+                    "node_id": -1,
+                    "host": "",
+                    "port": -1,
+                    "error_code": DENIED[rtype],
+                    "error_message": None,
+                }
+                for key in body.coordinator_keys
+            ]
+        }
+
+    return guarded_find()
+
+
 def _describe_cluster(
     ctx: GatewayContext, header: RequestHeader, body: Any, inner: Handler
 ) -> Awaitable[Response]:
@@ -344,6 +380,7 @@ GUARDS: dict[int, Guard] = {key: partial(apply, rule) for key, rule in RULES.ite
     ApiKey.ADD_PARTITIONS_TO_TXN: _add_partitions_to_txn,
     ApiKey.DESCRIBE_GROUPS: _describe_groups,
     ApiKey.OFFSET_FETCH: _offset_fetch,
+    ApiKey.FIND_COORDINATOR: _find_coordinator,
     ApiKey.DESCRIBE_CLUSTER: _describe_cluster,
 }
 # Fetch and Metadata check inside their handlers (per topic, READ; DESCRIBE, CREATE for

@@ -28,10 +28,21 @@ _CLASSIC, _CONSUMER = "classic", "consumer"
 
 
 async def find_coordinator(ctx: GatewayContext, header: RequestHeader, body: Any) -> dict[str, Any]:
-    """This node coordinates every group and every transactional id."""
+    """This node coordinates every group and every transactional id (with several nodes,
+    groups are spread over the live nodes). v4+ asks for several keys at once."""
     key_type = getattr(body, "key_type", _KEY_TYPE_GROUP)
+    if header.api_version >= 4:
+        return {
+            "coordinators": [
+                {"key": key, **_coordinator(ctx, key_type, key)} for key in body.coordinator_keys
+            ]
+        }
+    return _coordinator(ctx, key_type, getattr(body, "key", "") or "")
+
+
+def _coordinator(ctx: GatewayContext, key_type: int, key: str) -> dict[str, Any]:
     if key_type == _KEY_TYPE_GROUP:
-        other = CLUSTER.coordinator(getattr(body, "key", "") or "")
+        other = CLUSTER.coordinator(key)
         if other is not None:  # several nodes: groups are spread over the live nodes
             return {
                 "error_code": ErrorCode.NONE,
@@ -178,15 +189,28 @@ async def describe_groups(ctx: GatewayContext, header: RequestHeader, body: Any)
         if getattr(body, "include_authorized_operations", False)
         else _OPERATIONS_NOT_REQUESTED
     )
-    return {"groups": [_describe(ctx, group_id, operations) for group_id in body.groups]}
+    return {
+        "groups": [
+            _describe(ctx, group_id, operations, header.api_version) for group_id in body.groups
+        ]
+    }
 
 
-def _describe(ctx: GatewayContext, group_id: str, operations: int) -> dict[str, Any]:
+def _describe(ctx: GatewayContext, group_id: str, operations: int, version: int) -> dict[str, Any]:
     group = ctx.groups.group(group_id)
     if group is None:
-        # What Kafka answers for a group it does not know: no error, state Dead.
+        # What Kafka answers for a group it does not know, or one of the consumer group
+        # protocol: state Dead, no error before v6, GROUP_ID_NOT_FOUND from v6.
+        consumer = group_id in ctx.groups.consumer.groups
         return {
-            "error_code": ErrorCode.NONE,
+            "error_code": ErrorCode.GROUP_ID_NOT_FOUND if version >= 6 else ErrorCode.NONE,
+            "error_message": (
+                f"Group {group_id} is not a classic group."
+                if consumer
+                else f"Group {group_id} not found."
+            )
+            if version >= 6
+            else None,
             "group_id": group_id,
             "group_state": GroupState.DEAD.value,
             "protocol_type": "",

@@ -195,13 +195,12 @@ CASES = [
         lambda: {
             "group_id": GROUP,
             "member_id": "acl-member",
-            "member_epoch": 0,
-            "rebalance_timeout": 30000,
-            "subscribed_topic_names": [TOPIC],
-            "topic_partitions": [],
+            "member_epoch": -1,  # a leave: the classic cases keep the group to themselves
+            "topic_partitions": None,
         },
         lambda r: {int(r.error_code)},
         GROUP_DENIED,
+        frozenset({25}),  # UNKNOWN_MEMBER_ID
     ),
     Case(
         "consumer_group_describe",
@@ -218,6 +217,14 @@ CASES = [
         3,
         lambda: {"key": GROUP, "key_type": 0},
         lambda r: {int(r.error_code)},
+        GROUP_DENIED,
+    ),
+    Case(
+        "find_coordinator_v4_keys",
+        10,
+        4,
+        lambda: {"coordinator_keys": [GROUP], "key_type": 0},
+        lambda r: {int(c.error_code) for c in r.coordinators},
         GROUP_DENIED,
     ),
     Case(

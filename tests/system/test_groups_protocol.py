@@ -28,12 +28,12 @@ GROUP_SUBSCRIBED_TO_TOPIC = 86
 ADVERTISED = {
     8: (2, 9),  # OffsetCommit
     9: (1, 9),  # OffsetFetch
-    10: (0, 3),  # FindCoordinator
-    11: (0, 7),  # JoinGroup
+    10: (0, 4),  # FindCoordinator
+    11: (0, 9),  # JoinGroup
     12: (0, 4),  # Heartbeat
-    13: (0, 4),  # LeaveGroup
+    13: (0, 5),  # LeaveGroup
     14: (0, 5),  # SyncGroup
-    15: (0, 5),  # DescribeGroups
+    15: (0, 6),  # DescribeGroups
     16: (0, 5),  # ListGroups
     42: (0, 2),  # DeleteGroups
     47: (0, 0),  # OffsetDelete
@@ -204,6 +204,10 @@ def _minimal(api_key: int, version: int, topic: str, group: str) -> tuple[Any, A
     if api_key == 69:
         body = request(69, version, group_ids=[group], include_authorized_operations=False)
         return body, lambda r: r.groups[0].error_code == GROUP_ID_NOT_FOUND
+    if api_key == 10 and version >= 4:
+        return request(10, version, coordinator_keys=[group, "other"], key_type=0), (
+            lambda r: [(c.key, c.node_id) for c in r.coordinators] == [(group, 1), ("other", 1)]
+        )
     if api_key == 10:
         return request(10, version, key=group, key_type=0), lambda r: r.node_id == 1 and r.port > 0
     if api_key == 11:
@@ -223,7 +227,17 @@ def _minimal(api_key: int, version: int, topic: str, group: str) -> tuple[Any, A
         return body, lambda r: r.error_code == UNKNOWN_MEMBER
     if api_key == 15:
         body = request(15, version, groups=[group], include_authorized_operations=False)
-        return body, lambda r: r.groups[0].group_state == "Dead"
+        expected = GROUP_ID_NOT_FOUND if version >= 6 else NONE
+        return (
+            body,
+            lambda r: (
+                (r.groups[0].group_state, r.groups[0].error_code)
+                == (
+                    "Dead",
+                    expected,
+                )
+            ),
+        )
     if api_key == 16:
         return request(16, version, states_filter=[]), lambda r: r.error_code == NONE
     if api_key == 42:
