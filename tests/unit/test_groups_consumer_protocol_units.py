@@ -184,3 +184,44 @@ def test_regex_and_invalid_regex():
         assert count(a.assignment) == 3
 
     in_trio(scenario)
+
+
+def test_an_empty_group_converts_between_the_protocols():
+    from core.groups import GroupCoordinator, JoinRequest
+    from core.metadata import CommittedOffset
+
+    class Offsets:
+        def load_offsets(self) -> list[CommittedOffset]:
+            return [CommittedOffset("g", "t1", 0, 5, -1, "")]
+
+        def commit_offsets(self, offsets: list[CommittedOffset]) -> None:
+            pass
+
+        def delete_offsets(self, group_id: str, partitions: Any = None) -> None:
+            pass
+
+    def classic_join(member_id: str = "") -> JoinRequest:
+        return JoinRequest(
+            "g", member_id, None, "c", "", 5.0, 5.0, "consumer", [("range", b"")], True
+        )
+
+    async def scenario() -> None:
+        coordinator = GroupCoordinator(Offsets())
+        async with trio.open_nursery() as nursery:
+            await nursery.start(coordinator.run)
+            assert coordinator.group("g") is not None  # an Empty classic group (offsets)
+            topics = Catalogue(FakeTopic("t1", T1, 1))
+            joined = beat(coordinator.consumer, topics, "a", 0)
+            assert joined.error is ErrorCode.NONE and coordinator.group("g") is None
+            assert coordinator.committed("g", ("t1", 0)) is not None  # offsets kept
+            refused = await coordinator.join_group(classic_join())
+            assert refused.error is ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+            beat(coordinator.consumer, topics, "a", -1)
+            answer = await coordinator.join_group(classic_join())
+            assert answer.error is ErrorCode.MEMBER_ID_REQUIRED  # a classic group again
+            assert "g" not in coordinator.consumer.groups
+            busy = beat(coordinator.consumer, topics, "b", 0)
+            assert busy.error is ErrorCode.NONE  # a pending classic member is no member yet
+            coordinator.stop()
+
+    in_trio(scenario)
