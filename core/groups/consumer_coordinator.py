@@ -10,20 +10,21 @@ the trio thread, so there are no locks.
 Membership lives in memory, like the classic groups' (committed offsets are durable in the
 metadata store): after a restart a member's heartbeat gets UNKNOWN_MEMBER_ID and the client
 joins again with epoch 0. Regular expressions are matched in full against topic names
-(Python `re` syntax, which agrees with Kafka's RE2J for the usual patterns) on every
-heartbeat, so topics created later join the subscription at the next heartbeat.
+(the `regex` module's syntax, which agrees with Kafka's RE2J for the usual patterns; each
+match is time-limited, since unlike RE2 it can backtrack) on every heartbeat, so topics
+created later join the subscription at the next heartbeat.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
+import regex
 import trio
 
 from core.errors import ErrorCode
@@ -93,6 +94,44 @@ class HeartbeatResult:
     assignment: TopicPartitions | None = None  # None: unchanged since the last answer
 
 
+class RegexMatcher:
+    """Full matches of subscription patterns against topic names, remembered (each pair is
+    evaluated once) and time-limited: a pattern that backtracks for longer than
+    `MATCH_TIMEOUT` on a name is taken as not matching it."""
+
+    MATCH_TIMEOUT = 0.005  # seconds
+    _MAX_REMEMBERED = 100_000
+
+    def __init__(self) -> None:
+        self._compiled: dict[str, Any] = {}
+        self._matches: dict[tuple[str, str], bool] = {}
+
+    def compile(self, pattern: str) -> Any:
+        """The compiled pattern; regex.error if it does not compile."""
+        compiled = self._compiled.get(pattern)
+        if compiled is None:
+            if len(self._compiled) > 1000:
+                self._compiled.clear()
+            compiled = self._compiled[pattern] = regex.compile(pattern)
+        return compiled
+
+    def matches(self, pattern: str, name: str) -> bool:
+        known = self._matches.get((pattern, name))
+        if known is not None:
+            return known
+        try:
+            found = self.compile(pattern).fullmatch(name, timeout=self.MATCH_TIMEOUT) is not None
+        except regex.error:
+            found = False
+        except TimeoutError:
+            log.warning("pattern %r took too long on topic %r: taken as no match", pattern, name)
+            found = False
+        if len(self._matches) > self._MAX_REMEMBERED:
+            self._matches.clear()
+        self._matches[(pattern, name)] = found
+        return found
+
+
 class ConsumerGroups:
     """Every consumer group of this node. `classic_busy(group_id)` says whether a classic
     group with members holds the id; `claim(group_id)` drops an empty classic group of
@@ -108,6 +147,7 @@ class ConsumerGroups:
         self.groups: dict[str, ConsumerGroup] = {}
         self._classic_busy = classic_busy
         self._claim = claim
+        self._matcher = RegexMatcher()
 
     # --- heartbeat ---------------------------------------------------------------------
 
@@ -120,10 +160,10 @@ class ConsumerGroups:
                 f"ServerAssignor {req.server_assignor} is not supported. "
                 f"Supported assignors: {', '.join(sorted(ASSIGNORS))}.",
             )
-        if req.subscribed_regex is not None:
+        if req.subscribed_regex:
             try:
-                re.compile(req.subscribed_regex)
-            except re.error as exc:
+                self._matcher.compile(req.subscribed_regex)
+            except regex.error as exc:
                 return HeartbeatResult(ErrorCode.INVALID_REGULAR_EXPRESSION, str(exc))
         now = trio.current_time()
         if req.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
@@ -300,9 +340,8 @@ class ConsumerGroups:
             if member.subscribed_regex:
                 if all_topics is None:
                     all_topics = list(topics.topics())
-                pattern = re.compile(member.subscribed_regex)
                 for topic in all_topics:
-                    if pattern.fullmatch(topic.name):
+                    if self._matcher.matches(member.subscribed_regex, topic.name):
                         ids.add(topic.topic_id)
                         counts[topic.topic_id] = topic.partition_count
                         names[topic.topic_id] = topic.name

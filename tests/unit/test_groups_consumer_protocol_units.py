@@ -4,6 +4,7 @@ clock."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -223,5 +224,18 @@ def test_an_empty_group_converts_between_the_protocols():
             busy = beat(coordinator.consumer, topics, "b", 0)
             assert busy.error is ErrorCode.NONE  # a pending classic member is no member yet
             coordinator.stop()
+
+    in_trio(scenario)
+
+
+def test_a_backtracking_pattern_cannot_stall_the_coordinator():
+    async def scenario() -> None:
+        name = "a" * 40 + "!"
+        topics = Catalogue(FakeTopic(name, T1, 1), FakeTopic("aaa", T2, 1))
+        groups = ConsumerGroups()
+        started = time.monotonic()
+        joined = beat(groups, topics, "a", 0, names=(), regex="(a+)+")
+        assert time.monotonic() - started < 2.0
+        assert joined.assignment == {T2: frozenset({0})}  # the name it gave up on: no match
 
     in_trio(scenario)
