@@ -165,6 +165,12 @@ class ConsumerGroups:
                 self._matcher.compile(req.subscribed_regex)
             except regex.error as exc:
                 return HeartbeatResult(ErrorCode.INVALID_REGULAR_EXPRESSION, str(exc))
+        if req.member_epoch == 0:
+            missing = _missing_on_join(req)
+            if missing:
+                return HeartbeatResult(
+                    ErrorCode.INVALID_REQUEST, f"{missing} must be set in the first request."
+                )
         now = trio.current_time()
         if req.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
             return self._leave(req)
@@ -408,7 +414,7 @@ class ConsumerGroups:
                 ):
                     self._remove(group, member, "did not revoke in its rebalance timeout")
 
-    async def run_expiry(self, tick: float = 0.1) -> None:
+    async def run_expiry(self, tick: float = 0.2) -> None:
         while True:
             await trio.sleep(tick)
             try:
@@ -426,3 +432,14 @@ class ConsumerGroups:
             return False
         del self.groups[group_id]
         return True
+
+
+def _missing_on_join(req: HeartbeatRequest) -> str | None:
+    """What a joining member's heartbeat lacks, as Kafka checks it (None: nothing)."""
+    if req.rebalance_timeout is None:
+        return "RebalanceTimeoutMs"
+    if req.subscribed_names is None and req.subscribed_regex is None:
+        return "SubscribedTopicNames or SubscribedTopicRegex"
+    if req.owned is None:
+        return "TopicPartitions"
+    return None

@@ -239,3 +239,18 @@ def test_a_backtracking_pattern_cannot_stall_the_coordinator():
         assert joined.assignment == {T2: frozenset({0})}  # the name it gave up on: no match
 
     in_trio(scenario)
+
+
+def test_a_join_without_its_subscription_is_refused():
+    async def scenario() -> None:
+        groups = ConsumerGroups()
+        bad = groups.heartbeat(
+            HeartbeatRequest("g", "a", 0, None, None, 30.0, None, None, None, {}), Catalogue()
+        )
+        assert bad.error is ErrorCode.INVALID_REQUEST
+        assert (
+            bad.message
+            == "SubscribedTopicNames or SubscribedTopicRegex must be set in the first request."
+        )
+
+    in_trio(scenario)
