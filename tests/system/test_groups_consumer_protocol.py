@@ -177,3 +177,26 @@ def test_listing_describing_and_offset_fetch_of_a_consumer_group(shared_gateway,
     assert tools.error_code == 0
     assert sorted(p.committed_offset for t in tools.topics for p in t.partitions) == [10, 10, 10]
     assert stranger.error_code == 25  # UNKNOWN_MEMBER_ID
+
+
+@pytest.mark.parametrize("version", [3, 4])
+def test_api_versions_finalizes_group_version_1(shared_gateway, version):
+    """Features in ApiVersions v3+: group.version finalized at 1; the supported range (0-1)
+    is left out before v4, whose clients cannot read a minimum of 0 (as Kafka 4 does)."""
+    import importlib
+
+    from support.client import RawClient
+
+    module = importlib.import_module(f"kio.schema.api_versions.v{version}.request")
+    body = module.ApiVersionsRequest(client_software_name="tests", client_software_version="1")
+    with RawClient(shared_gateway.bootstrap) as client:
+        response = client.request(body)
+    assert response.error_code == 0
+    finalized = {
+        f.name: (f.min_version_level, f.max_version_level) for f in response.finalized_features
+    }
+    assert finalized == {"group.version": (1, 1)}
+    supported = {f.name: (f.min_version, f.max_version) for f in response.supported_features}
+    assert supported == ({"group.version": (0, 1)} if version >= 4 else {})
+    keys = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+    assert keys[68] == (0, 1) and keys[69] == (0, 1)
