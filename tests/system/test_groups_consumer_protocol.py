@@ -203,3 +203,20 @@ def test_api_versions_finalizes_group_version_1(shared_gateway, version):
     assert supported == ({"group.version": (0, 1)} if version >= 4 else {})
     keys = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
     assert keys[68] == (0, 1) and keys[69] == (0, 1)
+
+
+@pytest.mark.gateway_args(*GATEWAY_ARGS)
+def test_members_rejoin_after_a_gateway_restart(gateway, group_run):
+    """Membership is not durable, committed offsets are: after a restart the members'
+    heartbeats get UNKNOWN_MEMBER_ID, they join again with epoch 0 and resume at their
+    commits, so nothing is consumed twice."""
+    run = group_run(gateway, "kip848-restart", 4)
+    members = run.members([KIND] * 2, "uniform")
+    run.start(members)
+    before = run.produce_round("before", ROUND_PER_PARTITION)
+    gateway.restart()
+    wait_for_cover(members, run.partitions)
+    after = run.produce_round("after", 2 * ROUND_PER_PARTITION)
+    run.stop()
+    assert duplicates(run.sink) == {}
+    assert before | after == {c.value for c in run.sink}
