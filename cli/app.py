@@ -23,6 +23,7 @@ from core.compaction import CompactionSettings
 from core.configs.broker import DynamicBrokerConfigs
 from core.credentials import Credentials, CredentialStore
 from core.groups import GroupCoordinator, GroupSettings
+from core.groups.consumer_coordinator import ConsumerGroupSettings
 from core.metadata import SQLiteCredentialStore
 from core.sharegroups import ShareCoordinator, ShareSettings
 from core.store import StoreSettings, StreamStore
@@ -53,6 +54,9 @@ class Settings:
     max_message_bytes: int = 8 * 1024 * 1024
     connections_max_idle_ms: int = 600_000
     group_initial_rebalance_delay_ms: int = 300
+    # Consumer groups of the next-generation protocol (Kafka's group.consumer.* settings)
+    group_consumer_session_timeout_ms: int = 45_000
+    group_consumer_heartbeat_interval_ms: int = 5_000
     metrics_listen: tuple[str, int] | None = None  # admin/metrics HTTP endpoint, off if None
     admin_insecure: bool = False  # allow the admin endpoint off loopback without SASL users
     admin_tls: ssl.SSLContext | None = None  # HTTPS on the admin endpoint (--admin-tls)
@@ -114,7 +118,13 @@ async def serve(settings: Settings) -> None:
         credentials = Credentials(_credential_store(settings), store.worker.call)
         groups = GroupCoordinator(
             store.metadata,
-            GroupSettings(initial_rebalance_delay=settings.group_initial_rebalance_delay_ms / 1000),
+            GroupSettings(
+                initial_rebalance_delay=settings.group_initial_rebalance_delay_ms / 1000,
+                consumer=ConsumerGroupSettings(
+                    session_timeout=settings.group_consumer_session_timeout_ms / 1000,
+                    heartbeat_interval=settings.group_consumer_heartbeat_interval_ms / 1000,
+                ),
+            ),
             offload=store.worker.call,
         )
         store.on_topic_deleted.append(groups.on_topic_deleted)

@@ -105,6 +105,20 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="largest record batch accepted (STREAMGATE_MAX_MESSAGE_BYTES)",
     )
     serve_cmd.add_argument(
+        "--group-consumer-session-timeout-ms",
+        type=int,
+        default=int(_env("GROUP_CONSUMER_SESSION_TIMEOUT_MS", "45000") or 0),
+        help="consumer groups (group.protocol=consumer): how long a silent member stays "
+        "(STREAMGATE_GROUP_CONSUMER_SESSION_TIMEOUT_MS, default 45000, as Kafka)",
+    )
+    serve_cmd.add_argument(
+        "--group-consumer-heartbeat-interval-ms",
+        type=int,
+        default=int(_env("GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS", "5000") or 0),
+        help="consumer groups (group.protocol=consumer): the heartbeat interval members are "
+        "given (STREAMGATE_GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS, default 5000, as Kafka)",
+    )
+    serve_cmd.add_argument(
         "--group-initial-rebalance-delay-ms",
         type=int,
         default=int(_env("GROUP_INITIAL_REBALANCE_DELAY_MS", "300") or 0),
@@ -448,6 +462,8 @@ def run(args: argparse.Namespace) -> int:
             auto_offset_reset=args.share_auto_offset_reset,
             session_timeout_ms=args.share_session_timeout_ms,
         ),
+        group_consumer_session_timeout_ms=args.group_consumer_session_timeout_ms,
+        group_consumer_heartbeat_interval_ms=args.group_consumer_heartbeat_interval_ms,
         metrics_listen=args.metrics_listen,
         admin_insecure=args.admin_insecure,
         admin_tls=admin_tls,

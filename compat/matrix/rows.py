@@ -31,6 +31,10 @@ ROWS: tuple[Row, ...] = (
     Row("group-roundrobin", "two members, roundrobin assignor: disjoint, complete"),
     Row("group-coop-sticky", "two members, cooperative-sticky: disjoint, complete"),
     Row("static-members", "static member leaves and rejoins, keeps its partitions"),
+    Row(
+        "group-consumer-protocol",
+        "two members, group.protocol=consumer (the broker assigns): disjoint, complete",
+    ),
     Row("committed-offsets", "commit, a new consumer resumes there"),
     Row("admin-topics", "create, list, describe, delete topics", partitions=0),
     Row("admin-partitions", "grow a topic's partitions"),

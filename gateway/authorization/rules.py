@@ -136,6 +136,10 @@ RULES: dict[int, Rule] = {
     ApiKey.DESCRIBE_GROUPS: Rule(
         each=Check(Operation.DESCRIBE, GROUP, ""), items=Items(("groups",), "groups")
     ),
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: Rule(whole=(Check(Operation.READ, GROUP, "group_id"),)),
+    ApiKey.CONSUMER_GROUP_DESCRIBE: Rule(
+        each=Check(Operation.DESCRIBE, GROUP, ""), items=Items(("group_ids",), "groups")
+    ),
     ApiKey.LIST_GROUPS: Rule(
         each=Check(Operation.DESCRIBE, GROUP, "group_id"),
         items=Items((), "groups"),

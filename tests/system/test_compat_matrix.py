@@ -72,6 +72,10 @@ def test_matrix_against_streamgate(gateway: Gateway, tmp_path: Path) -> None:
     ]
     for column in ("kafka-python", "aiokafka", "kcat"):
         assert by[("share-group", column)].status == NA, by[("share-group", column)]
+    # the consumer group protocol: confluent-kafka has it, the other clients do not
+    assert by[("group-consumer-protocol", "confluent-kafka")].status == PASS
+    for column in ("kafka-python", "aiokafka", "kcat"):
+        assert by[("group-consumer-protocol", column)].status == NA
 
 
 @pytest.fixture(scope="module")
@@ -106,6 +110,8 @@ def test_matrix_against_kafka(kafka: KafkaBroker, tmp_path: Path) -> None:
         r
         for r in results
         if r.status == FAIL
+        # Kafka 3.5.1, the reference here, predates the consumer group protocol
+        and r.row != "group-consumer-protocol"
         and not (
             r.column == "kafka-python"
             and r.row in flaky
@@ -130,6 +136,9 @@ def test_matrix_against_kafka(kafka: KafkaBroker, tmp_path: Path) -> None:
         ("share-group", "confluent-kafka"),
         ("share-group", "aiokafka"),
         ("share-group", "kcat"),
+        ("group-consumer-protocol", "kafka-python"),
+        ("group-consumer-protocol", "aiokafka"),
+        ("group-consumer-protocol", "kcat"),
     }
 
 

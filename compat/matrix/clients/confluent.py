@@ -223,12 +223,16 @@ def list_offsets_time(ctx: CellContext) -> str:
     return f"t0+5s -> {half}"
 
 
-def _group_split(ctx: CellContext, strategy: str, static: bool = False) -> str:
+def _group_split(
+    ctx: CellContext, strategy: str, static: bool = False, protocol: str = "classic"
+) -> str:
     conf: dict[str, Any] = {
         "partition.assignment.strategy": strategy,
         "session.timeout.ms": 30000,
         "heartbeat.interval.ms": 500,
     }
+    if protocol == "consumer":  # the broker assigns with its server assignor `strategy`
+        conf = {"group.protocol": "consumer", "group.remote.assignor": strategy}
     members: list[Consumer] = []
     for i in range(2):
         extra = {"group.instance.id": f"member-{i}"} if static else {}
@@ -537,6 +541,7 @@ CELLS = {
     "group-roundrobin": lambda ctx: _group_split(ctx, "roundrobin"),
     "group-coop-sticky": lambda ctx: _group_split(ctx, "cooperative-sticky"),
     "static-members": lambda ctx: _group_split(ctx, "range", static=True),
+    "group-consumer-protocol": lambda ctx: _group_split(ctx, "uniform", protocol="consumer"),
     "committed-offsets": committed_offsets,
     "admin-topics": admin_topics,
     "admin-partitions": admin_partitions,
