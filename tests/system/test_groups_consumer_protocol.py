@@ -184,8 +184,8 @@ def test_listing_describing_and_offset_fetch_of_a_consumer_group(shared_gateway,
 
 @pytest.mark.parametrize("version", [3, 4])
 def test_api_versions_finalizes_group_version_1(shared_gateway, version):
-    """Features in ApiVersions v3+: group.version finalized at 1; the supported range (0-1)
-    is left out before v4, whose clients cannot read a minimum of 0 (as Kafka 4 does)."""
+    """Features in ApiVersions v3+: group.version and share.version finalized at 1;
+    group.version's supported range (0-1) is left out before v4, whose clients cannot read a minimum of 0 (as Kafka 4 does)."""
     import importlib
 
     from support.client import RawClient
@@ -198,9 +198,10 @@ def test_api_versions_finalizes_group_version_1(shared_gateway, version):
     finalized = {
         f.name: (f.min_version_level, f.max_version_level) for f in response.finalized_features
     }
-    assert finalized == {"group.version": (1, 1)}
+    assert finalized == {"group.version": (1, 1), "share.version": (1, 1)}
     supported = {f.name: (f.min_version, f.max_version) for f in response.supported_features}
-    assert supported == ({"group.version": (0, 1)} if version >= 4 else {})
+    share = {"share.version": (1, 1)}  # a minimum of 1: every version shows it
+    assert supported == ({"group.version": (0, 1), **share} if version >= 4 else share)
     keys = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
     assert keys[68] == (0, 1) and keys[69] == (0, 1)
 
