@@ -6,6 +6,7 @@ Routes (one request per connection, `Connection: close`):
     GET  /compaction           JSON: compaction counters, per-partition progress
     GET  /streams              JSON: the topic names
     GET  /streams/TOPIC        JSON: epochs and segments (range, state, rates, sizes)
+    GET  /streams/TOPIC/chunks JSON: the tier-2 chunk map (admin/chunks.py)
     POST /streams/TOPIC/scale  JSON body {"split": id, "parts": n} or {"merge": [ids]}
 Errors are JSON {"error": message} with 400 (bad request / refused scale), 404 or 405.
 """
@@ -30,6 +31,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from admin.chunks import describe_chunks
 from admin.compaction import compaction_metrics, describe_compaction
 from admin.moves import MOVE_TIMEOUT_S, is_move, move_segment
 from core.api import ScaleResult, TopicError
@@ -281,6 +283,8 @@ class AdminServer:
         try:
             if len(parts) == 2 and parts[0] == "streams" and method == "GET":
                 return _json("200 OK", describe_stream(self.store, parts[1]))
+            if parts[2:] == ["chunks"] and parts[0] == "streams" and method == "GET":
+                return _json("200 OK", describe_chunks(self.store, parts[1]))
             if len(parts) == 3 and parts[0] == "streams" and parts[2] == "scale":
                 if method != "POST":
                     return _json("405 Method Not Allowed", {"error": "POST only"})

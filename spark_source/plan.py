@@ -1,0 +1,141 @@
+"""Planning a read on the driver: offset ranges per partition, cut into read tasks that
+follow the chunks.
+
+A task is either a run of consecutive tier-2 slices of one partition (read straight from
+the object store, grouped up to `minPartitionBytes` so tiny chunks do not make tiny tasks)
+or the tail of a partition not yet in tier 2 (read through the Kafka protocol). Each task
+covers offsets [start, end) of one partition and returns them in offset order.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from .chunkmap import PartitionMap, SliceRef, TopicMap, fetch_chunk_map, list_topics
+from .errors import StreamgateSourceError
+from .kafka import offsets_for_timestamp
+from .options import EARLIEST, LATEST, OffsetSpec, ReadOptions
+
+
+@dataclass(frozen=True, slots=True)
+class ReadTask:
+    topic: str
+    partition: int
+    start: int
+    end: int
+    slices: tuple[SliceRef, ...]  # empty: the tail, through the Kafka protocol
+    tier2: dict[str, Any]
+    aborted: tuple[tuple[int, int, int], ...]  # read_committed: ranges to hide
+
+    @property
+    def from_tier2(self) -> bool:
+        return bool(self.slices)
+
+
+def resolve_topics(opts: ReadOptions) -> list[str]:
+    if opts.pattern is None:
+        return list(opts.topics)
+    pattern = re.compile(opts.pattern)
+    return sorted(t for t in list_topics(opts.admin, opts.timeout_s) if pattern.fullmatch(t))
+
+
+def latest(p: PartitionMap, opts: ReadOptions) -> int:
+    return p.last_stable_offset if opts.read_committed else p.high_watermark
+
+
+def _wanted(spec: OffsetSpec, topic: str, partition: int, default: int) -> int | None:
+    """The spec's offset for a partition; None: not to be read (the JSON names the topic
+    but not this partition)."""
+    if isinstance(spec, int):
+        return spec
+    if topic not in spec:
+        return default
+    return spec[topic].get(partition)
+
+
+def offset_ranges(m: TopicMap, opts: ReadOptions) -> dict[int, tuple[int, int]]:
+    """partition -> [start, end) to read, from the options and the chunk map."""
+    by_time_start = by_time_end = None
+    indexes = [p.partition for p in m.partitions]
+    if opts.starting_timestamp is not None:
+        by_time_start = offsets_for_timestamp(
+            opts.gateway, m.topic, indexes, opts.starting_timestamp, opts.timeout_s
+        )
+    if opts.ending_timestamp is not None:
+        by_time_end = offsets_for_timestamp(
+            opts.gateway, m.topic, indexes, opts.ending_timestamp, opts.timeout_s
+        )
+    out = {}
+    for p in m.partitions:
+        top = latest(p, opts)
+        if by_time_start is not None:
+            found = by_time_start.get(p.partition, -1)
+            start: int | None = top if found < 0 else found
+        else:
+            start = _wanted(opts.starting, m.topic, p.partition, EARLIEST)
+        if by_time_end is not None:
+            found = by_time_end.get(p.partition, -1)
+            end: int | None = top if found < 0 else found
+        else:
+            end = _wanted(opts.ending, m.topic, p.partition, LATEST)
+        if start is None or end is None:
+            continue
+        start = p.log_start if start == EARLIEST else top if start == LATEST else start
+        end = top if end == LATEST else end
+        start, end = max(start, p.log_start), min(end, top)
+        if start < end:
+            out[p.partition] = (start, end)
+    return out
+
+
+def plan_topic(m: TopicMap, opts: ReadOptions) -> list[ReadTask]:
+    tasks: list[ReadTask] = []
+    ranges = offset_ranges(m, opts)
+    for p in m.partitions:
+        if p.partition not in ranges:
+            continue
+        start, end = ranges[p.partition]
+        aborted = tuple(a for a in p.aborted if a[2] >= start and a[1] < end)
+        aborted = aborted if opts.read_committed else ()
+        group: list[SliceRef] = []
+        size = 0
+        for s in p.slices:
+            if s.last < start or s.first >= end:
+                continue
+            group.append(s)
+            size += s.byte_length
+            if size >= opts.min_partition_bytes:
+                tasks.append(_slice_task(m, p, group, start, end, aborted))
+                group, size = [], 0
+        if group:
+            tasks.append(_slice_task(m, p, group, start, end, aborted))
+        tail_start = max(start, p.tier2_end)
+        if tail_start < end:
+            tasks.append(ReadTask(m.topic, p.partition, tail_start, end, (), m.tier2, aborted))
+    return tasks
+
+
+def _slice_task(
+    m: TopicMap,
+    p: PartitionMap,
+    group: list[SliceRef],
+    start: int,
+    end: int,
+    aborted: tuple[tuple[int, int, int], ...],
+) -> ReadTask:
+    first, last = max(start, group[0].first), min(end, group[-1].last + 1)
+    return ReadTask(m.topic, p.partition, first, last, tuple(group), m.tier2, aborted)
+
+
+def plan(opts: ReadOptions) -> list[ReadTask]:
+    """Every read task of a batch read, topics in name order, each partition's tasks in
+    offset order."""
+    topics = resolve_topics(opts)
+    if opts.pattern is None and not topics:
+        raise StreamgateSourceError("option 'topic': no topic named")
+    tasks: list[ReadTask] = []
+    for topic in topics:
+        tasks.extend(plan_topic(fetch_chunk_map(opts.admin, topic, opts.timeout_s), opts))
+    return tasks
