@@ -3,7 +3,8 @@
 Where tier 2 is comes from the chunk map (the gateway's own settings); the options
 `tier2.folder` and `s3.endpoint` / `s3.bucket` / `s3.prefix` / `s3.region` override it
 (a folder mounted elsewhere, an endpoint seen under another name). S3 credentials come
-from the AWS chain (environment, profile), never from the gateway.
+from `s3.accessKeyId` / `s3.secretAccessKey` or else the AWS chain of the executors
+(environment, profile), never from the gateway.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ class Tier2Reader:
             self.prefix = overrides.get("s3.prefix", location.get("prefix") or "").strip("/")
             self.endpoint = overrides.get("s3.endpoint", location.get("endpoint"))
             self.region = overrides.get("s3.region", location.get("region"))
+            self.key_id = overrides.get("s3.accesskeyid")
+            self.secret = overrides.get("s3.secretaccesskey")
             where = f"s3://{self.bucket}/{self.prefix}".rstrip("/")
             self.description = f"{where} at {self.endpoint}" if self.endpoint else where
         else:
@@ -86,7 +89,11 @@ class Tier2Reader:
                 s3={"addressing_style": "path"} if self.endpoint else None,
             )
             self._client = boto3.session.Session().client(
-                "s3", endpoint_url=self.endpoint or None, config=config
+                "s3",
+                endpoint_url=self.endpoint or None,
+                config=config,
+                aws_access_key_id=self.key_id,
+                aws_secret_access_key=self.secret,
             )
         return self._client
 

@@ -36,6 +36,8 @@ _KNOWN = {
     "s3.bucket",
     "s3.prefix",
     "s3.region",
+    "s3.accesskeyid",
+    "s3.secretaccesskey",
     "maxrecordspertrigger",
     "path",
 }
@@ -132,7 +134,8 @@ def parse_options(options: dict[str, str]) -> ReadOptions:
             f"unknown option {unknown[0]!r} (known: gateway, admin, topic, subscribe, "
             "subscribePattern, startingOffsets, endingOffsets, startingTimestamp, "
             "endingTimestamp, includeHeaders, isolationLevel, minPartitionBytes, timeoutMs, "
-            "maxRecordsPerTrigger, tier2.folder, s3.endpoint, s3.bucket, s3.prefix, s3.region)"
+            "maxRecordsPerTrigger, tier2.folder, s3.endpoint, s3.bucket, s3.prefix, s3.region, "
+            "s3.accessKeyId, s3.secretAccessKey)"
         )
     topics_text = lowered.get("topic") or lowered.get("subscribe") or lowered.get("path")
     pattern = lowered.get("subscribepattern")
