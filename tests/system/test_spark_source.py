@@ -116,17 +116,15 @@ def test_tier2_history_equals_the_kafka_connector_record_for_record(
     df = native(source, tier_gateway, topic=topic, includeHeaders="true", minPartitionBytes="0")
     # Spark partitions follow chunks: a one-partition topic reads in parallel
     assert df.rdd.getNumPartitions() == len(slices)
-    # each Spark partition returns its offsets in order
-    per_task = df.rdd.mapPartitions(lambda rows: [[r.offset for r in rows]]).collect()
-    assert all(offsets == sorted(offsets) for offsets in per_task)
-    assert sorted(o for offsets in per_task for o in offsets) == list(range(n))
     kafka = (
         source.read.format("kafka")
         .options(**kafka_options(tier_gateway, subscribe=topic, includeHeaders="true"))
         .load()
     )
-    ours, theirs = rows_as_tuples(df.collect()), rows_as_tuples(kafka.collect())
-    assert len(ours) == n
+    rows = df.collect()
+    # Spark partitions come back in order, each in offset order, with the true offsets
+    assert [r.offset for r in rows] == list(range(n))
+    ours, theirs = rows_as_tuples(rows), rows_as_tuples(kafka.collect())
     assert ours == theirs
 
 
@@ -137,7 +135,6 @@ def test_offsets_options(source, tier_gateway, history) -> None:
     df = native(source, tier_gateway, topic=topic, startingOffsets=starting, endingOffsets=ending)
     assert sorted(r.offset for r in df.select("offset").collect()) == list(range(100, 750))
     assert native(source, tier_gateway, topic=topic, startingOffsets="latest").count() == 0
-    assert native(source, tier_gateway, topic=topic, endingOffsets="latest").count() == n
     assert "headers" not in native(source, tier_gateway, topic=topic).columns
 
 
@@ -159,9 +156,7 @@ def test_timestamp_options_skip_by_time(source, tier_gateway) -> None:
         return found
 
     assert groups(startingTimestamp=str(base + 1000)) == {"1": 200, "2": 200}
-    assert groups(endingTimestamp=str(base + 1000)) == {"0": 200}
     assert groups(startingTimestamp=str(base + 500), endingTimestamp=str(base + 2000)) == {"1": 200}
-    assert groups(startingTimestamp=str(base + 9000)) == {}
 
 
 def test_subscribe_pattern_reads_matching_topics(source, tier_gateway) -> None:
