@@ -50,6 +50,7 @@ class ReadOptions:
     topics: tuple[str, ...] = ()
     pattern: str | None = None
     starting: OffsetSpec = EARLIEST
+    starting_given: bool = False  # streams start at the latest offsets unless told
     ending: OffsetSpec = LATEST
     starting_timestamp: int | None = None
     ending_timestamp: int | None = None
@@ -175,6 +176,7 @@ def parse_options(options: dict[str, str]) -> ReadOptions:
         starting=_offsets(
             "startingOffsets", lowered.get("startingoffsets"), EARLIEST, (EARLIEST, LATEST)
         ),
+        starting_given="startingoffsets" in lowered,
         ending=_offsets("endingOffsets", lowered.get("endingoffsets"), LATEST, (LATEST,)),
         starting_timestamp=None
         if starting_ts is None

@@ -55,48 +55,69 @@ def _wanted(spec: OffsetSpec, topic: str, partition: int, default: int) -> int |
     return spec[topic].get(partition)
 
 
-def offset_ranges(m: TopicMap, opts: ReadOptions) -> dict[int, tuple[int, int]]:
-    """partition -> [start, end) to read, from the options and the chunk map."""
-    by_time_start = by_time_end = None
+def _by_time(m: TopicMap, opts: ReadOptions, timestamp: int | None) -> dict[int, int] | None:
+    if timestamp is None:
+        return None
     indexes = [p.partition for p in m.partitions]
-    if opts.starting_timestamp is not None:
-        by_time_start = offsets_for_timestamp(
-            opts.gateway, m.topic, indexes, opts.starting_timestamp, opts.timeout_s
-        )
-    if opts.ending_timestamp is not None:
-        by_time_end = offsets_for_timestamp(
-            opts.gateway, m.topic, indexes, opts.ending_timestamp, opts.timeout_s
-        )
+    return offsets_for_timestamp(opts.gateway, m.topic, indexes, timestamp, opts.timeout_s)
+
+
+def start_offsets(m: TopicMap, opts: ReadOptions, default: int = EARLIEST) -> dict[int, int]:
+    """partition -> first offset to read, from startingOffsets / startingTimestamp
+    (`default` where neither says)."""
+    by_time = _by_time(m, opts, opts.starting_timestamp)
+    spec = opts.starting if opts.starting_given else default
     out = {}
     for p in m.partitions:
         top = latest(p, opts)
-        if by_time_start is not None:
-            found = by_time_start.get(p.partition, -1)
+        if by_time is not None:
+            found = by_time.get(p.partition, -1)
             start: int | None = top if found < 0 else found
         else:
-            start = _wanted(opts.starting, m.topic, p.partition, EARLIEST)
-        if by_time_end is not None:
-            found = by_time_end.get(p.partition, -1)
+            start = _wanted(spec, m.topic, p.partition, default)
+        if start is None:
+            continue
+        start = p.log_start if start == EARLIEST else top if start == LATEST else start
+        out[p.partition] = min(max(start, p.log_start), top)
+    return out
+
+
+def offset_ranges(m: TopicMap, opts: ReadOptions) -> dict[int, tuple[int, int]]:
+    """partition -> [start, end) to read, from the options and the chunk map."""
+    starts = start_offsets(m, opts)
+    by_time = _by_time(m, opts, opts.ending_timestamp)
+    out = {}
+    for p in m.partitions:
+        top = latest(p, opts)
+        if by_time is not None:
+            found = by_time.get(p.partition, -1)
             end: int | None = top if found < 0 else found
         else:
             end = _wanted(opts.ending, m.topic, p.partition, LATEST)
-        if start is None or end is None:
+        if end is None or p.partition not in starts:
             continue
-        start = p.log_start if start == EARLIEST else top if start == LATEST else start
-        end = top if end == LATEST else end
-        start, end = max(start, p.log_start), min(end, top)
-        if start < end:
-            out[p.partition] = (start, end)
+        end = top if end == LATEST else min(end, top)
+        if starts[p.partition] < end:
+            out[p.partition] = (starts[p.partition], end)
     return out
 
 
 def plan_topic(m: TopicMap, opts: ReadOptions) -> list[ReadTask]:
+    return plan_ranges(m, offset_ranges(m, opts), opts)
+
+
+def plan_ranges(
+    m: TopicMap, ranges: dict[int, tuple[int, int]], opts: ReadOptions
+) -> list[ReadTask]:
+    """Read tasks for offsets [start, end) of each partition in `ranges`."""
     tasks: list[ReadTask] = []
-    ranges = offset_ranges(m, opts)
     for p in m.partitions:
         if p.partition not in ranges:
             continue
         start, end = ranges[p.partition]
+        start = max(start, p.log_start)
+        if start >= end:
+            continue
         aborted = tuple(a for a in p.aborted if a[2] >= start and a[1] < end)
         aborted = aborted if opts.read_committed else ()
         group: list[SliceRef] = []

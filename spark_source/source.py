@@ -1,13 +1,18 @@
-"""The PySpark data source "streamgate" (pyspark.sql.datasource): batch reads planned on
-the driver from the gateway's chunk map, read on the executors straight from tier 2 (the
-tail through the Kafka protocol)."""
+"""The PySpark data source "streamgate" (pyspark.sql.datasource): reads planned on the
+driver from the gateway's chunk map, read on the executors straight from tier 2 (the tail
+through the Kafka protocol); streaming in stream.py."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
 from pyspark.sql.types import StructType
 
 from .options import ReadOptions, parse_options
@@ -45,6 +50,11 @@ class StreamgateDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return StreamgateReader(self.parsed, schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from .stream import StreamgateStreamReader
+
+        return StreamgateStreamReader(self.parsed, schema)
 
 
 class StreamgateReader(DataSourceReader):
