@@ -61,14 +61,14 @@ def test_stream_across_create_partitions_split_and_restart(
 
     query = start()
     try:
-        wait_for(lambda: seen(300), timeout=120)
+        wait_for(lambda: seen(300), timeout=240)
         add_partitions(bootstrap, topic, 4)
         segment = open_segments(tier_gateway, topic)[0]["segment_id"]
         http(tier_gateway, f"/streams/{topic}/scale", {"split": segment, "parts": 2})
         more = [b"b%d" % i for i in range(200)]
         produce(bootstrap, topic, [(None, v, i % 4) for i, v in enumerate(more)])
         produced += more
-        wait_for(lambda: seen(500), timeout=120)
+        wait_for(lambda: seen(500), timeout=240)
         # the first batch is not bounded (Spark 4.0 tells a Python source nothing of where
         # it starts); each after it is
         sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
@@ -80,7 +80,7 @@ def test_stream_across_create_partitions_split_and_restart(
     produced += last
     query = start()
     try:
-        rows = wait_for(lambda: seen(600), timeout=120)
+        rows = wait_for(lambda: seen(600), timeout=240)
         time.sleep(2)  # a duplicate would show up by now
         rows = parquet_rows(source, out)
     finally:
