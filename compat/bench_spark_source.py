@@ -5,7 +5,8 @@ through Spark's Kafka connector and through the native source (spark_source/).
 started with `--chunk-bytes 8 MiB --chunk-age-ms 200 --local-retain-bytes 0`; once every
 byte is in tier 2 (a folder) and tier 1 is trimmed, each topic is read from earliest to
 latest (count and sum of value lengths, so every record is decoded) with Spark local[N]
-for each `--cores` N, connector then native source. Reported per read: wall seconds,
+for each `--cores` N, connector then native source, after a warm-up read of 20,000
+records through each. Reported per read: wall seconds,
 records/s, records/s per Spark core, and the gateway's CPU seconds during the read.
 
     PYTHONPATH=. .venv/bin/python compat/bench_spark_source.py [--mib 256] [--cores 1 2]
@@ -34,9 +35,8 @@ TIER_ARGS = ("--chunk-bytes", str(8 << 20), "--chunk-age-ms", "200", "--local-re
 
 
 def _produce(bootstrap: str, topic: str, partitions: int, mib: int) -> int:
-    AdminClient({"bootstrap.servers": bootstrap}).create_topics([NewTopic(topic, partitions, 1)])[
-        topic
-    ].result(30)
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until the result
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
@@ -64,12 +64,19 @@ def _tier2_only(gw: Gateway, topic: str) -> bool:
     return all(p["tier2_end"] == p["high_watermark"] for p in doc["partitions"])
 
 
-def _read(spark: Any, gw: Gateway, topic: str, source: str) -> tuple[int, int]:
+def _read(spark: Any, gw: Gateway, topic: str, source: str, until: int = -1) -> tuple[int, int]:
+    """(records, value bytes) of a read from earliest to latest (or to offset `until` of
+    partition 0 only: the warm-up)."""
     if source == "kafka":
         options = {"kafka.bootstrap.servers": gw.bootstrap, "subscribe": topic}
     else:
         admin = gw.admin_url.removeprefix("http://")
         options = {"gateway": gw.bootstrap, "admin": admin, "topic": topic}
+    if until >= 0:
+        options["endingOffsets"] = json.dumps({topic: {"0": until}})
+        if source == "kafka":  # the connector wants every partition of a subscribed topic
+            options.pop("subscribe")
+            options["assign"] = json.dumps({topic: [0]})
     df = spark.read.format(source).options(**options).load()
     row = df.selectExpr("count(*) AS n", "sum(length(value)) AS b").collect()[0]
     return int(row.n), int(row.b or 0)
@@ -105,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
             from spark_source import register
 
             register(spark)
+            for source in ("kafka", "streamgate"):  # the JVM's and the workers' warm-up
+                _read(spark, gw, topics[args.partitions[0]][0], source, until=20_000)
             for parts, (topic, n) in topics.items():
                 for source in ("kafka", "streamgate"):
                     cpu0, t0 = gw.cpu_seconds() or 0.0, time.monotonic()

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from core.recordbatch import decode_records, iter_stored_batches
+from core.recordbatch import RecordBatchError, decode_records, iter_stored_batches
 
 from .errors import StreamgateSourceError
 from .kafka import fetch_range
@@ -48,8 +48,18 @@ def task_batches(task: ReadTask, opts: ReadOptions) -> Iterator[bytes | memoryvi
     for s in task.slices:
         data = reader.read(s.key, s.byte_start, s.byte_length)
         view = memoryview(data)
-        for pos, header in iter_stored_batches(data):
-            yield view[pos : pos + header.total_size]
+        last = -1
+        try:
+            for pos, header in iter_stored_batches(data):
+                last = header.last_offset
+                yield view[pos : pos + header.total_size]
+        except RecordBatchError as exc:
+            raise StreamgateSourceError(f"chunk object {s.key!r}: {exc}") from None
+        if last != s.last:  # a torn or foreign object: an error, never a silent gap
+            raise StreamgateSourceError(
+                f"chunk object {s.key!r}: the slice of {task.topic} partition "
+                f"{task.partition} ends at offset {last}, its index says {s.last}"
+            )
 
 
 def read_task(task: ReadTask, opts: ReadOptions, arrow_schema: Any) -> Iterator[Any]:

@@ -214,7 +214,8 @@ def test_replay_history_from_tier2_equals_live(spark, tmp_path, capsys) -> None:
         admin = gw.admin_url.removeprefix("http://")
         args = ["--bootstrap", gw.bootstrap, "--topic", source, "--admin", admin]
         live_dir = str(pipeline.parquet_dir)
-        code = replay.main([*args, "--live", live_dir, "--source", "both"])
+        more = ["--source", "both", "--mode", "batch", "--out", str(tmp_path / "rp")]
+        code = replay.main([*args, "--live", live_dir, *more])
         out = capsys.readouterr().out
         assert code == 0, out
         assert "streamgate batch replay:" in out and "connector vs streamgate" in out, out
