@@ -232,16 +232,7 @@ def test_errors_name_the_option_or_the_object(source, tier_gateway, tmp_path: Pa
     assert "options 'topic'" in message
     message = _error(lambda: read.options(gateway=tier_gateway.bootstrap, topic="x").load())
     assert "option 'admin' is required" in message
-    message = _error(
-        lambda: native(source, tier_gateway, topic="x", isolationLevel="serializable").collect()
-    )
-    assert "isolationLevel" in message
-    message = _error(lambda: native(source, tier_gateway, topic="x", bogus="1").collect())
-    assert "unknown option 'bogus'" in message
-    message = _error(
-        lambda: native(source, tier_gateway, topic="x", startingOffsets="{bad").collect()
-    )
-    assert "startingOffsets" in message
+    # the other option checks: tests/unit/test_spark_source_plan.py
     message = _error(lambda: native(source, tier_gateway, topic="no-such-topic").collect())
     assert "topic 'no-such-topic' does not exist" in message
     dead = source.read.format("streamgate").options(
