@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 from support.client import unique_topic
+from support.compaction import produce as produce_keyed
+from support.compaction import wait_compacted
 from support.confluent import create_topic
 from support.spark import http, kafka_options, produce, wait_for
 from support.txn import produce_txn, txn_producer
@@ -26,7 +28,10 @@ from harness.gateway import Gateway
 
 pytestmark = pytest.mark.timeout(600)
 
-FAST_TIER_ARGS = ("--chunk-bytes", "65536", "--chunk-age-ms", "200", "--local-retain-bytes", "0")
+FAST_TIER_ARGS = (
+    *("--chunk-bytes", "65536", "--chunk-age-ms", "200", "--local-retain-bytes", "0"),
+    *("--compaction-interval-ms", "300"),
+)
 VALUE = b"x" * 400
 
 
@@ -168,6 +173,22 @@ def test_subscribe_pattern_reads_matching_topics(source, tier_gateway) -> None:
     rows = native(source, tier_gateway, subscribePattern=f"{stem}\\..*").collect()
     assert sorted({r.topic for r in rows}) == topics[:2]
     assert len(rows) == 20
+
+
+def test_compacted_topic_reads_what_the_connector_reads(source, tier_gateway) -> None:
+    topic = unique_topic("native-compact")
+    configs = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01"}
+    create_topic(tier_gateway.bootstrap, topic, 1, configs)
+    updates = [(0, b"k%d" % (i % 20), b"v%d" % i + VALUE) for i in range(400)]
+    acked = produce_keyed(tier_gateway.bootstrap, topic, updates)
+    wait_compacted(tier_gateway.admin_url, topic, {0: max(acked[0]) + 1})
+    wait_tier2_only(tier_gateway, topic)
+    ours = native(source, tier_gateway, topic=topic, includeHeaders="true").collect()
+    options = kafka_options(tier_gateway, subscribe=topic, includeHeaders="true")
+    theirs = source.read.format("kafka").options(**options).load().collect()
+    assert rows_as_tuples(ours) == rows_as_tuples(theirs)
+    assert 20 <= len(ours) < 400  # compacted: the latest of each key, offsets kept
+    assert all(acked[0][r.offset] == (bytes(r.key), bytes(r.value)) for r in ours)
 
 
 def test_tail_not_yet_in_tier2_comes_through_the_kafka_protocol(source, spark_gateway) -> None:
