@@ -20,7 +20,7 @@ class Tier2Reader:
     the object and the store."""
 
     def __init__(self, location: dict[str, Any], overrides: dict[str, str]) -> None:
-        self.kind = location.get("kind")
+        self.kind = "s3" if "s3.bucket" in overrides else location.get("kind")
         self._client: Any = None
         if "tier2.folder" in overrides:
             self.kind = "folder"

@@ -20,6 +20,7 @@ OffsetSpec = int | dict[str, dict[int, int]]
 _KNOWN = {
     "gateway",
     "admin",
+    "metadata",
     "topic",
     "subscribe",
     "subscribepattern",
@@ -46,7 +47,7 @@ _KNOWN = {
 @dataclass(frozen=True, slots=True)
 class ReadOptions:
     gateway: str  # the Kafka listener, HOST:PORT (the tail not yet in tier 2)
-    admin: str  # the admin HTTP listener, HOST:PORT (the chunk map)
+    admin: str  # the admin HTTP listener, HOST:PORT (the chunk map); "" with `metadata`
     topics: tuple[str, ...] = ()
     pattern: str | None = None
     starting: OffsetSpec = EARLIEST
@@ -60,6 +61,7 @@ class ReadOptions:
     timeout_s: float = 30.0
     tier2_overrides: dict[str, str] = field(default_factory=dict)
     max_records_per_trigger: int | None = None
+    metadata: str | None = None  # the metadata store's SQLite file: plan without the gateway
 
 
 def _host_port(name: str, value: str | None) -> str:
@@ -132,7 +134,7 @@ def parse_options(options: dict[str, str]) -> ReadOptions:
     unknown = sorted(k for k in lowered if k not in _KNOWN)
     if unknown:
         raise StreamgateSourceError(
-            f"unknown option {unknown[0]!r} (known: gateway, admin, topic, subscribe, "
+            f"unknown option {unknown[0]!r} (known: gateway, admin, metadata, topic, subscribe, "
             "subscribePattern, startingOffsets, endingOffsets, startingTimestamp, "
             "endingTimestamp, includeHeaders, isolationLevel, minPartitionBytes, timeoutMs, "
             "maxRecordsPerTrigger, tier2.folder, s3.endpoint, s3.bucket, s3.prefix, s3.region, "
@@ -170,7 +172,10 @@ def parse_options(options: dict[str, str]) -> ReadOptions:
     max_records = lowered.get("maxrecordspertrigger")
     return ReadOptions(
         gateway=_host_port("gateway", lowered.get("gateway")),
-        admin=_host_port("admin", lowered.get("admin")),
+        admin=""
+        if "metadata" in lowered and "admin" not in lowered
+        else _host_port("admin", lowered.get("admin")),
+        metadata=lowered.get("metadata"),
         topics=topics,
         pattern=pattern,
         starting=_offsets(

@@ -16,6 +16,7 @@ from typing import Any
 from .chunkmap import PartitionMap, SliceRef, TopicMap, fetch_chunk_map, list_topics
 from .errors import StreamgateSourceError
 from .kafka import offsets_for_timestamp
+from .metadata import chunk_map_from, list_topics_from
 from .options import EARLIEST, LATEST, OffsetSpec, ReadOptions
 
 
@@ -38,7 +39,18 @@ def resolve_topics(opts: ReadOptions) -> list[str]:
     if opts.pattern is None:
         return list(opts.topics)
     pattern = re.compile(opts.pattern)
-    return sorted(t for t in list_topics(opts.admin, opts.timeout_s) if pattern.fullmatch(t))
+    if opts.metadata:
+        names = list_topics_from(opts.metadata)
+    else:
+        names = list_topics(opts.admin, opts.timeout_s)
+    return sorted(t for t in names if pattern.fullmatch(t))
+
+
+def load_map(opts: ReadOptions, topic: str) -> TopicMap:
+    """The chunk map from the gateway, or with `metadata` from the metadata store."""
+    if opts.metadata:
+        return chunk_map_from(opts.metadata, topic)
+    return fetch_chunk_map(opts.admin, topic, opts.timeout_s)
 
 
 def latest(p: PartitionMap, opts: ReadOptions) -> int:
@@ -158,5 +170,5 @@ def plan(opts: ReadOptions) -> list[ReadTask]:
         raise StreamgateSourceError("option 'topic': no topic named")
     tasks: list[ReadTask] = []
     for topic in topics:
-        tasks.extend(plan_topic(fetch_chunk_map(opts.admin, topic, opts.timeout_s), opts))
+        tasks.extend(plan_topic(load_map(opts, topic), opts))
     return tasks

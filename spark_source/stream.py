@@ -21,9 +21,9 @@ from typing import Any
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
-from .chunkmap import TopicMap, fetch_chunk_map
+from .chunkmap import TopicMap
 from .options import LATEST, ReadOptions
-from .plan import latest, plan_ranges, resolve_topics, start_offsets
+from .plan import latest, load_map, plan_ranges, resolve_topics, start_offsets
 from .rows import read_task
 
 Offsets = dict[str, dict[str, int]]
@@ -66,7 +66,7 @@ class StreamgateStreamReader(DataSourceStreamReader):
 
     def _maps(self, topics: Sequence[str] | None = None) -> dict[str, TopicMap]:
         names = resolve_topics(self.opts) if topics is None else topics
-        return {t: fetch_chunk_map(self.opts.admin, t, self.opts.timeout_s) for t in names}
+        return {t: load_map(self.opts, t) for t in names}
 
     def initialOffset(self) -> dict:
         initial: Offsets = {

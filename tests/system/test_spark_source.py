@@ -224,9 +224,7 @@ def test_read_committed_hides_aborted_transactions(source, tier_gateway) -> None
     assert sorted(bytes(r.value) for r in rows) == sorted(committed + aborted)
 
 
-def test_gateway_stopped_after_planning_tier2_read_completes(
-    source, tmp_path: Path, history
-) -> None:
+def test_gateway_stopped_tier2_read_completes(source, tmp_path: Path, history) -> None:
     gw = Gateway(tmp_path / "data", tmp_path / "server.log", FAST_TIER_ARGS, metrics=True)
     gw.start_fresh()
     try:
@@ -239,6 +237,13 @@ def test_gateway_stopped_after_planning_tier2_read_completes(
     finally:
         gw.close()
     assert rdd.map(lambda r: (r.partition, r.offset)).distinct().count() == n
+    # planned with the gateway down: the chunk map from the metadata store's file
+    metadata = str(gw.data_dir / "metadata.db")
+    df = source.read.format("streamgate").options(gateway=gw.bootstrap, metadata=metadata)
+    rows = df.options(topic=topic, includeHeaders="true").load().collect()
+    assert sorted((r.partition, r.offset) for r in rows) == sorted(
+        (p, o) for p in range(2) for o in range(n // 2)
+    )
 
 
 def _error(call: Any) -> str:

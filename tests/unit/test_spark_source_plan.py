@@ -12,6 +12,7 @@ from core.recordbatch import build_batch
 from core.segments.chunks import pack_chunk
 from spark_source.chunkmap import PartitionMap, SliceRef, TopicMap
 from spark_source.errors import StreamgateSourceError
+from spark_source.metadata import chunk_map_from
 from spark_source.options import parse_options
 from spark_source.plan import ReadTask, plan_topic
 from spark_source.rows import task_batches
@@ -107,3 +108,10 @@ def test_a_slice_read_from_the_folder_and_a_torn_one(tmp_path: Path) -> None:
     (tmp_path / "c.chunk").unlink()
     with pytest.raises(StreamgateSourceError, match="'c.chunk' is missing from tier 2 folder"):
         list(task_batches(task, opts))
+
+
+def test_metadata_option_replaces_admin(tmp_path: Path) -> None:
+    opts = parse_options({"gateway": "a:1", "metadata": str(tmp_path / "m.db"), "topic": "t"})
+    assert opts.admin == "" and opts.metadata
+    with pytest.raises(StreamgateSourceError, match="option 'metadata': no metadata file"):
+        chunk_map_from(str(tmp_path / "m.db"), "t")
