@@ -185,7 +185,8 @@ def test_listing_describing_and_offset_fetch_of_a_consumer_group(shared_gateway,
 @pytest.mark.parametrize("version", [3, 4])
 def test_api_versions_finalizes_group_version_1(shared_gateway, version):
     """Features in ApiVersions v3+: group.version and share.version finalized at 1;
-    group.version's supported range (0-1) is left out before v4, whose clients cannot read a minimum of 0 (as Kafka 4 does)."""
+    group.version's supported range (0-1) is left out before v4, whose clients cannot read
+    a minimum of 0 (as Kafka 4 does)."""
     import importlib
 
     from support.client import RawClient
