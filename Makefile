@@ -57,6 +57,12 @@ lint: $(TEST_STAMP)
 test: $(TEST_STAMP) kcat-installed postgresql-installed java-installed javac-installed mosquitto-installed lint
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=25
 
+# The native Spark source's tests with its streaming test, which `make test` skips (minutes)
+.PHONY: test-spark-source
+test-spark-source: $(TEST_STAMP) java-installed
+	STREAMGATE_SPARK_STREAM_TESTS=1 $(BIN)/python -m pytest -q --durations=10 \
+	  tests/system/test_spark_source.py tests/system/test_spark_source_stream.py
+
 # The benchmarks through one runner (docs/performance.md); results go to ./bench-results/
 # (or $STREAMGATE_RESULTS), not into the source tree. `make bench BENCH_ARGS=--quick`.
 # `make bench-report` regenerates docs/performance.md's tables from compat/results/.

@@ -6,6 +6,7 @@ Routes (docs/console.md describes every answer):
     GET  /compaction           JSON: compaction counters, per-partition progress
     GET  /streams              JSON: the topic names
     GET  /streams/TOPIC        JSON: epochs and segments (range, state, rates, sizes)
+    GET  /streams/TOPIC/chunks JSON: the tier-2 chunk map, for readers of tier 2 (chunks.py)
     POST /streams/TOPIC/scale  JSON body {"split": id, "parts": n} or {"merge": [ids]}
     POST /streams/TOPIC/move   JSON body {"segment": id, "to_node": n, "parts": 1}
 Every error is JSON {"error": message}: 400 bad request or refused change, 401 missing or
@@ -28,6 +29,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from admin.auth import AdminSecurity
+from admin.chunks import describe_chunks
 from admin.compaction import describe_compaction
 from admin.describe import describe_stream, describe_tier, scale_answer, scale_stream
 from admin.moves import MOVE_TIMEOUT_S, move_segment
@@ -58,6 +60,7 @@ class AdminApi:
             Route("/compaction", self.compaction, methods=["GET"]),
             Route("/streams", self.streams, methods=["GET"]),
             Route("/streams/{topic}", self.stream, methods=["GET"]),
+            Route("/streams/{topic}/chunks", self.chunks, methods=["GET"]),
             Route("/streams/{topic}/scale", self.scale, methods=["POST"]),
             Route("/streams/{topic}/move", self.move, methods=["POST"]),
         ]
@@ -87,6 +90,12 @@ class AdminApi:
         topic = request.path_params["topic"]
         await self.security.require(request, Operation.DESCRIBE, topic)
         return JSONResponse(describe_stream(self.store, topic))
+
+    async def chunks(self, request: Request) -> Response:
+        """Where the topic's records are in tier 2: as good as reading them, so READ."""
+        topic = request.path_params["topic"]
+        await self.security.require(request, Operation.READ, topic)
+        return JSONResponse(describe_chunks(self.store, topic))
 
     async def scale(self, request: Request) -> Response:
         topic = request.path_params["topic"]

@@ -23,7 +23,9 @@ from core.compaction import CompactionSettings
 from core.configs.broker import DynamicBrokerConfigs
 from core.credentials import Credentials, CredentialStore
 from core.groups import GroupCoordinator, GroupSettings
+from core.groups.consumer_coordinator import ConsumerGroupSettings
 from core.metadata import SQLiteCredentialStore
+from core.sharegroups import ShareCoordinator, ShareSettings
 from core.store import StoreSettings, StreamStore
 from core.tiering import TierSettings
 from core.txn import TransactionCoordinator
@@ -52,6 +54,9 @@ class Settings:
     max_message_bytes: int = 8 * 1024 * 1024
     connections_max_idle_ms: int = 600_000
     group_initial_rebalance_delay_ms: int = 300
+    # Consumer groups of the next-generation protocol (Kafka's group.consumer.* settings)
+    group_consumer_session_timeout_ms: int = 45_000
+    group_consumer_heartbeat_interval_ms: int = 5_000
     metrics_listen: tuple[str, int] | None = None  # admin/metrics HTTP endpoint, off if None
     admin_insecure: bool = False  # allow the admin endpoint off loopback without SASL users
     admin_tls: ssl.SSLContext | None = None  # HTTPS on the admin endpoint (--admin-tls)
@@ -76,6 +81,7 @@ class Settings:
     multi_node: bool = False  # several active nodes (experimental; docs/several-nodes.md)
     wal: str = "local"  # or "object": the write-ahead log in object storage (core/wal)
     wal_settings: WalSettings = field(default_factory=WalSettings)
+    share: ShareSettings = field(default_factory=ShareSettings)  # share groups
 
 
 async def serve(settings: Settings) -> None:
@@ -112,7 +118,13 @@ async def serve(settings: Settings) -> None:
         credentials = Credentials(_credential_store(settings), store.worker.call)
         groups = GroupCoordinator(
             store.metadata,
-            GroupSettings(initial_rebalance_delay=settings.group_initial_rebalance_delay_ms / 1000),
+            GroupSettings(
+                initial_rebalance_delay=settings.group_initial_rebalance_delay_ms / 1000,
+                consumer=ConsumerGroupSettings(
+                    session_timeout=settings.group_consumer_session_timeout_ms / 1000,
+                    heartbeat_interval=settings.group_consumer_heartbeat_interval_ms / 1000,
+                ),
+            ),
             offload=store.worker.call,
         )
         store.on_topic_deleted.append(groups.on_topic_deleted)
@@ -120,6 +132,9 @@ async def serve(settings: Settings) -> None:
             membership.offsets_sink = groups.offsets.refresh_group
             groups.offsets.group_loader = membership.load_group_offsets
         await root.start(groups.run)
+        shares = ShareCoordinator(store, store.metadata, settings.share, offload=store.worker.call)
+        store.on_topic_deleted.append(shares.on_topic_deleted)
+        await root.start(shares.run)
         txns = TransactionCoordinator(store, store.metadata, store.worker, groups.offsets.commit)
         await root.start(txns.run)
         try:
@@ -148,6 +163,7 @@ async def serve(settings: Settings) -> None:
                             server_nursery,
                             txns,
                             credentials,
+                            shares,
                             authorizer=authorizer,
                         )
                     )
@@ -164,6 +180,7 @@ async def serve(settings: Settings) -> None:
                         break
         finally:
             txns.stop()
+            shares.stop()
             groups.stop()
             store.stop()  # flushers drain what is queued, then the store closes
             credentials.backend.close()
@@ -266,6 +283,7 @@ async def _serve_tcp(
     nursery: trio.Nursery,
     transactions: TransactionCoordinator | None,
     credentials: Credentials,
+    shares: ShareCoordinator | None,
     task_status: trio.TaskStatus[list[trio.SocketListener]],
     authorizer: Authorizer | None = None,
 ) -> None:
@@ -314,6 +332,7 @@ async def _serve_tcp(
         if settings.listeners is not None
         else (),
         transactions=transactions,
+        shares=shares,
     )
     if settings.metadata_url:  # a node of a cluster answers with its own id
         ctx.node_id = settings.node_id

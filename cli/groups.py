@@ -1,8 +1,9 @@
 """`streamgate groups list` and `streamgate groups describe GROUP`.
 
 They talk to a running gateway over the Kafka protocol (`kafkaclient`), the way
-`kafka-consumer-groups --list/--describe` talks to a broker: ListGroups; DescribeGroups for
-members and their assignments, OffsetFetch for committed offsets and ListOffsets (latest)
+`kafka-consumer-groups --list/--describe` talks to a broker: ListGroups (with the group
+type: classic or consumer); ConsumerGroupDescribe or DescribeGroups for members and their
+assignments, OffsetFetch for committed offsets and ListOffsets (latest)
 for log end offsets, from which the lag follows.
 """
 
@@ -21,8 +22,9 @@ from kafkawire.apis import ApiKey
 _LATEST = -1
 _DEAD = "Dead"
 # The versions this tool speaks (the gateway supports all of them).
-_LIST_GROUPS_V = 4
+_LIST_GROUPS_V = 5
 _DESCRIBE_GROUPS_V = 5
+_CONSUMER_GROUP_DESCRIBE_V = 0
 _OFFSET_FETCH_V = 7
 _LIST_OFFSETS_V = 7
 
@@ -62,10 +64,10 @@ def run_groups(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 def list_groups(client: KafkaClient, out: TextIO) -> int:
     response = client.request(ApiKey.LIST_GROUPS, _LIST_GROUPS_V, {"states_filter": []})
     rows = [
-        [g.group_id, g.group_state, g.protocol_type or "-"]
+        [g.group_id, g.group_state, g.protocol_type or "-", g.group_type or "-"]
         for g in sorted(response.groups, key=lambda g: g.group_id)
     ]
-    out.write(format_table(["GROUP", "STATE", "PROTOCOL-TYPE"], rows))
+    out.write(format_table(["GROUP", "STATE", "PROTOCOL-TYPE", "TYPE"], rows))
     return 0
 
 
@@ -77,6 +79,11 @@ class _Owner:
 
 
 def describe_group(client: KafkaClient, group_id: str, out: TextIO) -> int:
+    (modern,) = client.request(
+        ApiKey.CONSUMER_GROUP_DESCRIBE,
+        _CONSUMER_GROUP_DESCRIBE_V,
+        {"group_ids": [group_id], "include_authorized_operations": False},
+    ).groups
     (group,) = client.request(
         ApiKey.DESCRIBE_GROUPS,
         _DESCRIBE_GROUPS_V,
@@ -91,10 +98,18 @@ def describe_group(client: KafkaClient, group_id: str, out: TextIO) -> int:
         for p in t.partitions
         if p.committed_offset >= 0
     }
-    if group.group_state == _DEAD and not committed:
+    is_consumer_group = modern.error_code == 0
+    state = modern.group_state if is_consumer_group else group.group_state
+    if state == _DEAD and not committed:
         print(f"Error: Consumer group '{group_id}' does not exist.", file=sys.stderr)
         return 1
     owners: dict[tuple[str, int], _Owner] = {}
+    if is_consumer_group:  # group.protocol=consumer: the gateway's own assignment
+        for m in modern.members:
+            owner = _Owner(m.member_id, m.client_host, m.client_id)
+            for tp in m.assignment.topic_partitions:
+                for partition in tp.partitions:
+                    owners[(tp.topic_name, partition)] = owner
     for member in group.members:
         owner = _Owner(member.member_id, member.client_host, member.client_id)
         for topic, assigned in assigned_partitions(member.member_assignment).items():
@@ -102,9 +117,9 @@ def describe_group(client: KafkaClient, group_id: str, out: TextIO) -> int:
                 owners[(topic, partition)] = owner
     partitions = sorted(set(committed) | set(owners))
     log_end = _log_end_offsets(client, partitions)
-    if group.group_state in ("PreparingRebalance", "CompletingRebalance"):
+    if state in ("PreparingRebalance", "CompletingRebalance", "Assigning", "Reconciling"):
         out.write(f"\nWarning: Consumer group '{group_id}' is rebalancing.\n")
-    elif not group.members:
+    elif not group.members and not (is_consumer_group and modern.members):
         out.write(f"\nConsumer group '{group_id}' has no active members.\n")
     rows = []
     for key in partitions:

@@ -13,6 +13,7 @@ from cli import acl_flags
 from cli.app import Settings, serve
 from core import interpreter_tuning
 from core.compaction import CompactionSettings
+from core.sharegroups import ShareSettings
 from core.tiering import TierSettings
 from core.wal.writer import (
     DEFAULT_FLUSH_BYTES,
@@ -104,11 +105,51 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="largest record batch accepted (STREAMGATE_MAX_MESSAGE_BYTES)",
     )
     serve_cmd.add_argument(
+        "--group-consumer-session-timeout-ms",
+        type=int,
+        default=int(_env("GROUP_CONSUMER_SESSION_TIMEOUT_MS", "45000") or 0),
+        help="consumer groups (group.protocol=consumer): how long a silent member stays "
+        "(STREAMGATE_GROUP_CONSUMER_SESSION_TIMEOUT_MS, default 45000, as Kafka)",
+    )
+    serve_cmd.add_argument(
+        "--group-consumer-heartbeat-interval-ms",
+        type=int,
+        default=int(_env("GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS", "5000") or 0),
+        help="consumer groups (group.protocol=consumer): the heartbeat interval members are "
+        "given (STREAMGATE_GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS, default 5000, as Kafka)",
+    )
+    serve_cmd.add_argument(
         "--group-initial-rebalance-delay-ms",
         type=int,
         default=int(_env("GROUP_INITIAL_REBALANCE_DELAY_MS", "300") or 0),
         help="how long a new group waits for more members before its first rebalance "
         "(STREAMGATE_GROUP_INITIAL_REBALANCE_DELAY_MS, default 300; Kafka's is 3000)",
+    )
+    serve_cmd.add_argument(
+        "--share-record-lock-ms",
+        type=int,
+        default=int(_env("SHARE_RECORD_LOCK_MS", "30000") or 0),
+        help="share groups: how long a delivered record stays acquired before it is "
+        "redelivered (Kafka's group.share.record.lock.duration.ms; default 30000)",
+    )
+    serve_cmd.add_argument(
+        "--share-delivery-count-limit",
+        type=int,
+        default=int(_env("SHARE_DELIVERY_COUNT_LIMIT", "5") or 0),
+        help="share groups: deliveries before a record is archived "
+        "(group.share.delivery.count.limit; default 5)",
+    )
+    serve_cmd.add_argument(
+        "--share-auto-offset-reset",
+        choices=("latest", "earliest"),
+        default=_env("SHARE_AUTO_OFFSET_RESET", "latest") or "latest",
+        help="share groups: where a new share partition starts (share.auto.offset.reset)",
+    )
+    serve_cmd.add_argument(
+        "--share-session-timeout-ms",
+        type=int,
+        default=int(_env("SHARE_SESSION_TIMEOUT_MS", "45000") or 0),
+        help="share groups: a member silent this long leaves the group (default 45000)",
     )
     metrics = _env("METRICS_LISTEN")
     serve_cmd.add_argument(
@@ -415,6 +456,14 @@ def run(args: argparse.Namespace) -> int:
         max_message_bytes=args.max_message_bytes,
         connections_max_idle_ms=args.connections_max_idle_ms,
         group_initial_rebalance_delay_ms=args.group_initial_rebalance_delay_ms,
+        share=ShareSettings(
+            record_lock_ms=args.share_record_lock_ms,
+            delivery_count_limit=args.share_delivery_count_limit,
+            auto_offset_reset=args.share_auto_offset_reset,
+            session_timeout_ms=args.share_session_timeout_ms,
+        ),
+        group_consumer_session_timeout_ms=args.group_consumer_session_timeout_ms,
+        group_consumer_heartbeat_interval_ms=args.group_consumer_heartbeat_interval_ms,
         metrics_listen=args.metrics_listen,
         admin_insecure=args.admin_insecure,
         admin_tls=admin_tls,

@@ -28,12 +28,15 @@ from gateway.handlers import (
     admin,
     cluster,
     configs,
+    consumer_groups,
     data,
     groups,
     offsets,
     quotas,
     records,
     replicas,
+    share,
+    share_admin,
     txn,
 )
 from gateway.handlers import security as security_handlers
@@ -88,8 +91,8 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.LEAVE_GROUP: groups.leave_group,
     ApiKey.SYNC_GROUP: groups.sync_group,
     ApiKey.DESCRIBE_GROUPS: groups.describe_groups,
-    ApiKey.LIST_GROUPS: groups.list_groups,
-    ApiKey.DELETE_GROUPS: groups.delete_groups,
+    ApiKey.LIST_GROUPS: share_admin.list_groups,  # classic groups, then share groups
+    ApiKey.DELETE_GROUPS: share_admin.delete_groups,  # share groups, then classic
     ApiKey.OFFSET_DELETE: offsets.offset_delete,
     ApiKey.API_VERSIONS: admin.api_versions,
     ApiKey.CREATE_TOPICS: admin.create_topics,
@@ -121,6 +124,15 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.SASL_AUTHENTICATE: security_handlers.sasl_authenticate,
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: security_handlers.describe_user_scram_credentials,
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: security_handlers.alter_user_scram_credentials,
+    ApiKey.SHARE_GROUP_HEARTBEAT: share.share_group_heartbeat,
+    ApiKey.SHARE_GROUP_DESCRIBE: share.share_group_describe,
+    ApiKey.SHARE_FETCH: share.share_fetch,
+    ApiKey.SHARE_ACKNOWLEDGE: share.share_acknowledge,
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: share_admin.describe_share_group_offsets,
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS: share_admin.alter_share_group_offsets,
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS: share_admin.delete_share_group_offsets,
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: consumer_groups.consumer_group_heartbeat,
+    ApiKey.CONSUMER_GROUP_DESCRIBE: consumer_groups.consumer_group_describe,
 }
 assert set(HANDLERS) == set(SUPPORTED_APIS), "every advertised API needs a handler"
 

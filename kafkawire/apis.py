@@ -56,6 +56,15 @@ class ApiKey(IntEnum):
     DESCRIBE_CLUSTER = 60
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
+    CONSUMER_GROUP_HEARTBEAT = 68
+    CONSUMER_GROUP_DESCRIBE = 69
+    SHARE_GROUP_HEARTBEAT = 76
+    SHARE_GROUP_DESCRIBE = 77
+    SHARE_FETCH = 78
+    SHARE_ACKNOWLEDGE = 79
+    DESCRIBE_SHARE_GROUP_OFFSETS = 90
+    ALTER_SHARE_GROUP_OFFSETS = 91
+    DELETE_SHARE_GROUP_OFFSETS = 92
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,16 +92,16 @@ SUPPORTED_APIS: dict[int, ApiSupport] = {
     ApiKey.FETCH: ApiSupport(4, 15, 12),  # v13+: topic ids
     ApiKey.LIST_OFFSETS: ApiSupport(1, 8, 6),
     ApiKey.METADATA: ApiSupport(0, 12, 9),
-    ApiKey.OFFSET_COMMIT: ApiSupport(2, 8, 8),
-    ApiKey.OFFSET_FETCH: ApiSupport(1, 7, 6),
-    ApiKey.FIND_COORDINATOR: ApiSupport(0, 3, 3),
-    ApiKey.JOIN_GROUP: ApiSupport(0, 7, 6),
+    ApiKey.OFFSET_COMMIT: ApiSupport(2, 9, 8),  # v9: member epochs of consumer groups
+    ApiKey.OFFSET_FETCH: ApiSupport(1, 9, 6),  # v8: several groups, v9: member epochs
+    ApiKey.FIND_COORDINATOR: ApiSupport(0, 4, 3),  # v4: several keys
+    ApiKey.JOIN_GROUP: ApiSupport(0, 9, 6),  # v8: reason, v9: skip_assignment (never set)
     ApiKey.HEARTBEAT: ApiSupport(0, 4, 4),
-    ApiKey.LEAVE_GROUP: ApiSupport(0, 4, 4),
+    ApiKey.LEAVE_GROUP: ApiSupport(0, 5, 4),  # v5: reason
     ApiKey.SYNC_GROUP: ApiSupport(0, 5, 4),
-    ApiKey.DESCRIBE_GROUPS: ApiSupport(0, 5, 5),
-    ApiKey.LIST_GROUPS: ApiSupport(0, 4, 3),
-    ApiKey.API_VERSIONS: ApiSupport(0, 3, 3),
+    ApiKey.DESCRIBE_GROUPS: ApiSupport(0, 6, 5),  # v6: GROUP_ID_NOT_FOUND
+    ApiKey.LIST_GROUPS: ApiSupport(0, 5, 3),  # v5: group types
+    ApiKey.API_VERSIONS: ApiSupport(0, 4, 3),
     ApiKey.CREATE_TOPICS: ApiSupport(2, 7, 5),  # v7: topic id
     ApiKey.DELETE_TOPICS: ApiSupport(1, 6, 4),  # v6: by topic id
     ApiKey.DELETE_RECORDS: ApiSupport(0, 2, 2),
@@ -129,4 +138,22 @@ SUPPORTED_APIS: dict[int, ApiSupport] = {
     ApiKey.SASL_AUTHENTICATE: ApiSupport(0, 2, 2),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: ApiSupport(0, 0, 0),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: ApiSupport(0, 0, 0),
+    # The next-generation consumer group protocol (gateway/handlers/consumer_groups.py).
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: ApiSupport(0, 1, 0),
+    ApiKey.CONSUMER_GROUP_DESCRIBE: ApiSupport(0, 1, 0),
+    # Share groups (gateway/handlers/share.py, core/sharegroups): Kafka 4.1's versions.
+    ApiKey.SHARE_GROUP_HEARTBEAT: ApiSupport(1, 1, 0),
+    ApiKey.SHARE_GROUP_DESCRIBE: ApiSupport(1, 1, 0),
+    ApiKey.SHARE_FETCH: ApiSupport(1, 1, 0),
+    ApiKey.SHARE_ACKNOWLEDGE: ApiSupport(1, 1, 0),
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: ApiSupport(0, 1, 0),
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS: ApiSupport(0, 0, 0),
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS: ApiSupport(0, 0, 0),
 }
+
+# Feature flags ApiVersions v3+ reports (KIP-584): name -> (min, max) supported, and the
+# level in force. group.version 1: the consumer group protocol (ConsumerGroupHeartbeat);
+# share.version 1: share groups (KIP-932). A range starting at 0 is reported from v4 only:
+# clients before KIP-1022 (Java 3.x) refuse it.
+SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {"group.version": (0, 1), "share.version": (1, 1)}
+FINALIZED_FEATURES: dict[str, int] = {"group.version": 1, "share.version": 1}

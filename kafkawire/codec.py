@@ -172,7 +172,10 @@ def _field_specs(cls: type) -> tuple[_FieldSpec, ...]:
             elif inner is bool:  # kio has no implicit default for bool
                 default = False
             else:
-                default = get_implicit_default(inner)
+                try:
+                    default = get_implicit_default(inner)
+                except NotImplementedError:  # kio has none for `records` (ShareFetch)
+                    default = b""
         specs.append(_FieldSpec(f.name, _converter(tp), default))
     return tuple(specs)
 

@@ -6,6 +6,10 @@ reads it like any other offsets.
     python -m spark_examples.replay --bootstrap 127.0.0.1:9092 --topic readings \\
         --live iot-out/parquet --out replay-out [--mode both]
 
+`--source streamgate --admin 127.0.0.1:9100` replays in batch through the native source
+(spark_source/: history straight from tier 2) instead; `--source both` runs both batch
+replays and also compares them with each other, window by window.
+
 Exit status 0 when every window the live job emitted is equal in the replay(s).
 """
 
@@ -26,13 +30,24 @@ def _source_options(bootstrap: str, topic: str) -> dict[str, str]:
     return {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "startingOffsets": "earliest"}
 
 
-def replay_batch(spark: Any, bootstrap: str, topic: str) -> Any:
-    """Every record from earliest to latest, aggregated at once (no watermark needed)."""
-    raw = (
-        spark.read.format("kafka")
-        .options(**_source_options(bootstrap, topic), endingOffsets="latest")
-        .load()
-    )
+def replay_batch(
+    spark: Any, bootstrap: str, topic: str, source: str = "kafka", admin: str | None = None
+) -> Any:
+    """Every record from earliest to latest, aggregated at once (no watermark needed),
+    through Spark's Kafka connector or (`source="streamgate"`) the native source, which
+    needs the gateway's admin listener `admin`."""
+    if source == "streamgate":
+        from spark_source import register
+
+        register(spark)
+        options = {"gateway": bootstrap, "admin": admin or "", "topic": topic}
+        raw = spark.read.format("streamgate").options(**options).load()
+    else:
+        raw = (
+            spark.read.format("kafka")
+            .options(**_source_options(bootstrap, topic), endingOffsets="latest")
+            .load()
+        )
     return readings.aggregate(readings.parse(raw), watermark=None)
 
 
@@ -102,10 +117,32 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("replay-out"))
     ap.add_argument("--mode", choices=("batch", "streaming", "both"), default="both")
     ap.add_argument("--max-offsets-per-trigger", type=int)
+    ap.add_argument(
+        "--source",
+        choices=("kafka", "streamgate", "both"),
+        default="kafka",
+        help="Spark's Kafka connector, the native streamgate source (batch), or both",
+    )
+    ap.add_argument("--admin", help="the gateway's admin listener HOST:PORT (--source streamgate)")
     args = ap.parse_args(argv)
+    if args.source != "kafka" and not args.admin:
+        ap.error("--source streamgate needs --admin HOST:PORT (the gateway's --metrics-listen)")
     spark = build_session("iot-replay")
     live = spark.read.parquet(str(args.live))
     ok = True
+    if args.source in ("streamgate", "both"):
+        native = replay_batch(spark, args.bootstrap, args.topic, "streamgate", args.admin)
+        native_rows = native.collect()
+        result = compare(live, native_rows)
+        print("streamgate batch replay:", json.dumps(result))
+        ok &= result["equal"]
+        if args.source == "both":
+            connector = replay_batch(spark, args.bootstrap, args.topic).collect()
+            result = compare(connector, native_rows)
+            print("connector vs streamgate, window by window:", json.dumps(result))
+            ok &= result["equal"] and len(connector) == len(native_rows)
+        if args.source == "streamgate":
+            return 0 if ok else 1
     if args.mode in ("batch", "both"):
         result = compare(live, replay_batch(spark, args.bootstrap, args.topic))
         print("batch replay:", json.dumps(result))

@@ -31,6 +31,10 @@ ROWS: tuple[Row, ...] = (
     Row("group-roundrobin", "two members, roundrobin assignor: disjoint, complete"),
     Row("group-coop-sticky", "two members, cooperative-sticky: disjoint, complete"),
     Row("static-members", "static member leaves and rejoins, keeps its partitions"),
+    Row(
+        "group-consumer-protocol",
+        "two members, group.protocol=consumer (the broker assigns): disjoint, complete",
+    ),
     Row("committed-offsets", "commit, a new consumer resumes there"),
     Row("admin-topics", "create, list, describe, delete topics", partitions=0),
     Row("admin-partitions", "grow a topic's partitions"),
@@ -47,6 +51,11 @@ ROWS: tuple[Row, ...] = (
     Row("oversize-refused", "a record over the topic's max.message.bytes is refused", partitions=0),
     Row("restart", "records and committed offsets survive a restart", phased=True),
     Row("transactions", "transactional producer commits a transaction"),
+    Row(
+        "share-group",
+        "share group (KIP-932): two share consumers, each record once, a release redelivered",
+        partitions=1,
+    ),
 )
 
 ROW_IDS = tuple(r.id for r in ROWS)

@@ -27,13 +27,14 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import trio
 
 from core.errors import ErrorCode
 from core.metadata import CommittedOffset
 
+from .consumer_coordinator import ConsumerGroups, ConsumerGroupSettings
 from .consumer_protocol import subscribed_topics
 from .offsets import Offload, OffsetPersistence, OffsetStore, Partition, run_inline
 from .rebalance import Rebalancer, answer_sync, next_deadline
@@ -55,6 +56,8 @@ class GroupSettings:
     min_session_timeout: float = 1.0
     max_session_timeout: float = 1800.0
     max_metadata_bytes: int = 4096  # offset.metadata.max.bytes
+    # Groups of the next-generation protocol (group.consumer.* settings)
+    consumer: ConsumerGroupSettings = field(default_factory=ConsumerGroupSettings)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +101,8 @@ class GroupCoordinator:
         self._rebalance = Rebalancer(self.settings.initial_rebalance_delay)
         self._nursery: trio.Nursery | None = None
         self._stopping = trio.Event()
+        # Consumer groups (`group.protocol=consumer`) share the group id namespace.
+        self.consumer = ConsumerGroups(self.settings.consumer, self._classic_busy, self._claim)
 
     def set_initial_rebalance_delay(self, seconds: float) -> None:
         """group.initial.rebalance.delay.ms, changed at run time: the next rebalances use it."""
@@ -108,6 +113,7 @@ class GroupCoordinator:
         """Run the groups' timers until `stop`."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            nursery.start_soon(self.consumer.run_expiry)
             for group_id in self.offsets.group_ids():
                 self._create_group(group_id)
             log.info("group coordinator up: %d groups with committed offsets", len(self._groups))
@@ -130,6 +136,17 @@ class GroupCoordinator:
             g for g in self._groups.values() if states is None or g.state.value.lower() in states
         ]
 
+    def _classic_busy(self, group_id: str) -> bool:
+        group = self._groups.get(group_id)
+        return group is not None and (bool(group.members) or group.state is not GroupState.EMPTY)
+
+    def _claim(self, group_id: str) -> None:
+        """An empty classic group becomes a consumer group: drop the classic one (its
+        committed offsets stay)."""
+        group = self._groups.pop(group_id, None)
+        if group is not None:
+            group.lifetime.cancel()
+
     # --- JoinGroup -------------------------------------------------------------------------
 
     async def join_group(self, request: JoinRequest) -> JoinResult:
@@ -146,6 +163,13 @@ class GroupCoordinator:
         settings = self.settings
         if not settings.min_session_timeout <= req.session_timeout <= settings.max_session_timeout:
             return JoinResult(ErrorCode.INVALID_SESSION_TIMEOUT, req.member_id)
+        if not self.consumer.drop_if_empty(req.group_id):
+            log.info(
+                "group %s: %s uses the classic protocol in a consumer group",
+                req.group_id,
+                req.client_id,
+            )
+            return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, req.member_id)
         group = self._groups.get(req.group_id)
         if group is None:
             if req.member_id:
@@ -393,6 +417,12 @@ class GroupCoordinator:
     async def _delete_group(self, group_id: str) -> ErrorCode:
         if not group_id:
             return ErrorCode.INVALID_GROUP_ID
+        if group_id in self.consumer.groups:
+            if not self.consumer.drop_if_empty(group_id):
+                return ErrorCode.NON_EMPTY_GROUP
+            await self.offsets.delete_group(group_id)
+            log.info("consumer group %s deleted", group_id)
+            return ErrorCode.NONE
         group = self._groups.get(group_id)
         if group is None:
             return ErrorCode.GROUP_ID_NOT_FOUND
@@ -423,6 +453,11 @@ class GroupCoordinator:
         that does not use group management and has no members. All or nothing."""
         if not group_id:
             return ErrorCode.INVALID_GROUP_ID
+        if group_id in self.consumer.groups:
+            error = self.consumer.validate_commit(group_id, member_id, generation_id)
+            if error:
+                return error
+            return await self._store_offsets(group_id, offsets)
         group = self._groups.get(group_id)
         if group is None:
             if generation_id >= 0:
@@ -441,6 +476,9 @@ class GroupCoordinator:
             # Commits during PreparingRebalance are fine: members commit while revoking.
             member = group.members[member_id]
             member.heartbeat_deadline = trio.current_time() + member.session_timeout
+        return await self._store_offsets(group_id, offsets)
+
+    async def _store_offsets(self, group_id: str, offsets: list[CommittedOffset]) -> ErrorCode:
         now_ms = int(time.time() * 1000)
         for offset in offsets:
             offset.group_id = group_id
@@ -451,6 +489,13 @@ class GroupCoordinator:
             log.exception("group %s: storing committed offsets failed", group_id)
             return ErrorCode.UNKNOWN_SERVER_ERROR
         return ErrorCode.NONE
+
+    def validate_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode:
+        """OffsetFetch v9+: a consumer group member fetching (member id given) must be
+        one, with its epoch; anyone else (tools, classic members) fetches freely."""
+        if not member_id or group_id not in self.consumer.groups:
+            return ErrorCode.NONE
+        return self.consumer.validate_commit(group_id, member_id, member_epoch)
 
     def committed(self, group_id: str, partition: Partition) -> CommittedOffset | None:
         return self.offsets.get(group_id, partition)

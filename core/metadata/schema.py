@@ -271,7 +271,7 @@ MIGRATIONS: list[list[Step]] = [
         """),
     ],
     # 8: several nodes: transaction markers a coordinator leaves for the node leading the
-    # partition (core/txn/markers.py); a row goes once its marker is durable
+    # partition (core/txn/coordinator.py); a row goes once its marker is durable
     [
         Ddl("""
         CREATE TABLE IF NOT EXISTS txn_markers (
@@ -281,6 +281,21 @@ MIGRATIONS: list[list[Step]] = [
             epoch INTEGER NOT NULL,
             is_commit INTEGER NOT NULL,
             PRIMARY KEY (topic, partition, producer_id)
+        )
+        """),
+    ],
+    # 9: share groups (core/sharegroups): per share partition, its start and end offsets
+    # and the state and delivery count of every in-flight record (JSON)
+    [
+        Ddl("""
+        CREATE TABLE IF NOT EXISTS share_partitions (
+            group_id TEXT NOT NULL,
+            topic TEXT NOT NULL,
+            partition INTEGER NOT NULL,
+            start_offset {BIGINT} NOT NULL,
+            end_offset {BIGINT} NOT NULL,
+            records TEXT NOT NULL,
+            PRIMARY KEY (group_id, topic, partition)
         )
         """),
     ],

@@ -416,6 +416,42 @@ class SqlMetadataStore:
                 [(name, partition, end) for partition, end in ends.items()],
             )
 
+    # --- share groups (core/sharegroups) ---------------------------------------------------
+
+    def load_share_partitions(self) -> list[tuple[str, str, int, int, int, str]]:
+        """Every share partition: (group, topic, partition, start, end, records JSON)."""
+        with self.engine.read() as db:
+            rows = db.all(
+                "SELECT group_id, topic, partition, start_offset, end_offset, records "
+                "FROM share_partitions"
+            )
+        return [(str(g), str(t), int(p), int(s), int(e), str(r)) for g, t, p, s, e, r in rows]
+
+    def save_share_partitions(self, rows: Sequence[tuple[str, str, int, int, int, str]]) -> None:
+        """Upsert share partitions' states in one transaction (all or none durable)."""
+        with self.engine.transaction() as db:
+            db.executemany(
+                "INSERT INTO share_partitions VALUES (?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (group_id, topic, partition) DO UPDATE SET "
+                "start_offset = excluded.start_offset, end_offset = excluded.end_offset, "
+                "records = excluded.records",
+                rows,
+            )
+
+    def delete_share_partitions(self, group_id: str | None, topic: str | None = None) -> None:
+        """Forget a group's share partitions (of one topic when given), or a topic's in
+        every group (group_id None)."""
+        with self.engine.transaction() as db:
+            if group_id is None:
+                db.execute("DELETE FROM share_partitions WHERE topic = ?", (topic,))
+            elif topic is None:
+                db.execute("DELETE FROM share_partitions WHERE group_id = ?", (group_id,))
+            else:
+                db.execute(
+                    "DELETE FROM share_partitions WHERE group_id = ? AND topic = ?",
+                    (group_id, topic),
+                )
+
     # --- committed offsets ---------------------------------------------------------------
 
     def load_offsets(self) -> list[CommittedOffset]:

@@ -270,6 +270,95 @@ def _describe_groups(
     return apply(rule, ctx, header, body, _after(inner, operations))
 
 
+def _offset_fetch(
+    ctx: GatewayContext, header: RequestHeader, body: Any, inner: Handler
+) -> Awaitable[Response]:
+    """Before v8 the rule. v8+ (several groups): a group the principal may not DESCRIBE is
+    answered GROUP_AUTHORIZATION_FAILED and not fetched; in the others, topics it may not
+    DESCRIBE are left out of an "all topics" answer and refused per partition otherwise."""
+    if header.api_version < 8:
+        return apply(RULES[ApiKey.OFFSET_FETCH], ctx, header, body, inner)
+    refused = {
+        g.group_id for g in body.groups if not allowed(ctx, Operation.DESCRIBE, GROUP, g.group_id)
+    }
+    kept = tuple(g for g in body.groups if g.group_id not in refused)
+
+    async def guarded_fetch() -> Response:
+        response: Any = (
+            await inner(ctx, header, dataclasses.replace(body, groups=kept)) if kept else None
+        )
+        answered = {g["group_id"]: g for g in (response or {}).get("groups", [])}
+        for group in answered.values():
+            topics = []
+            for topic in group["topics"]:
+                if allowed(ctx, Operation.DESCRIBE, TOPIC, topic["name"]):
+                    topics.append(topic)
+                    continue
+                for part in topic["partitions"]:
+                    part.update(
+                        committed_offset=-1,
+                        metadata="",
+                        error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                    )
+                topics.append(topic)
+            group["topics"] = topics
+        requested = {g.group_id: g for g in body.groups}
+        for group in answered.values():  # "all topics": drop what may not be seen
+            if requested[group["group_id"]].topics is None:
+                group["topics"] = [
+                    t for t in group["topics"] if allowed(ctx, Operation.DESCRIBE, TOPIC, t["name"])
+                ]
+        return {
+            "groups": [
+                answered.get(g.group_id)
+                or {
+                    "group_id": g.group_id,
+                    "topics": [],
+                    "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                }
+                for g in body.groups
+            ]
+        }
+
+    return guarded_fetch()
+
+
+def _find_coordinator(
+    ctx: GatewayContext, header: RequestHeader, body: Any, inner: Handler
+) -> Awaitable[Response]:
+    """Before v4 the rule. v4+ (several keys): each key the principal may not DESCRIBE (a
+    group, or a transactional id) is answered with the authorization error, not looked up."""
+    if header.api_version < 4:
+        return apply(RULES[ApiKey.FIND_COORDINATOR], ctx, header, body, inner)
+    rtype = TXN if body.key_type == 1 else GROUP
+    refused = {k for k in body.coordinator_keys if not allowed(ctx, Operation.DESCRIBE, rtype, k)}
+    kept = tuple(k for k in body.coordinator_keys if k not in refused)
+
+    async def guarded_find() -> Response:
+        response: Any = (
+            await inner(ctx, header, dataclasses.replace(body, coordinator_keys=kept))
+            if kept
+            else None
+        )
+        answered = {c["key"]: c for c in (response or {}).get("coordinators", [])}
+        return {
+            "coordinators": [
+                answered.get(key)
+                or {
+                    "key": key,
+                    "node_id": -1,
+                    "host": "",
+                    "port": -1,
+                    "error_code": DENIED[rtype],
+                    "error_message": None,
+                }
+                for key in body.coordinator_keys
+            ]
+        }
+
+    return guarded_find()
+
+
 def _describe_cluster(
     ctx: GatewayContext, header: RequestHeader, body: Any, inner: Handler
 ) -> Awaitable[Response]:
@@ -290,6 +379,8 @@ GUARDS: dict[int, Guard] = {key: partial(apply, rule) for key, rule in RULES.ite
     ApiKey.INIT_PRODUCER_ID: _init_producer_id,
     ApiKey.ADD_PARTITIONS_TO_TXN: _add_partitions_to_txn,
     ApiKey.DESCRIBE_GROUPS: _describe_groups,
+    ApiKey.OFFSET_FETCH: _offset_fetch,
+    ApiKey.FIND_COORDINATOR: _find_coordinator,
     ApiKey.DESCRIBE_CLUSTER: _describe_cluster,
 }
 # Fetch and Metadata check inside their handlers (per topic, READ; DESCRIBE, CREATE for

@@ -136,6 +136,10 @@ RULES: dict[int, Rule] = {
     ApiKey.DESCRIBE_GROUPS: Rule(
         each=Check(Operation.DESCRIBE, GROUP, ""), items=Items(("groups",), "groups")
     ),
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: Rule(whole=(Check(Operation.READ, GROUP, "group_id"),)),
+    ApiKey.CONSUMER_GROUP_DESCRIBE: Rule(
+        each=Check(Operation.DESCRIBE, GROUP, ""), items=Items(("group_ids",), "groups")
+    ),
     ApiKey.LIST_GROUPS: Rule(
         each=Check(Operation.DESCRIBE, GROUP, "group_id"),
         items=Items((), "groups"),
@@ -160,6 +164,18 @@ RULES: dict[int, Rule] = {
         each=Check(Operation.READ, TOPIC),
         items=_TOPICS,
     ),
+    # Share groups are GROUP resources; ShareFetch checks READ on each topic it serves.
+    ApiKey.SHARE_GROUP_HEARTBEAT: Rule(whole=(Check(Operation.READ, GROUP, "group_id"),)),
+    ApiKey.SHARE_GROUP_DESCRIBE: Rule(
+        each=Check(Operation.DESCRIBE, GROUP, ""), items=Items(("group_ids",), "groups")
+    ),
+    ApiKey.SHARE_FETCH: Rule(whole=(Check(Operation.READ, GROUP, "group_id"),)),
+    ApiKey.SHARE_ACKNOWLEDGE: Rule(whole=(Check(Operation.READ, GROUP, "group_id"),)),
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: Rule(
+        each=Check(Operation.DESCRIBE, GROUP, "group_id"), items=Items(("groups",), "groups")
+    ),
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS: Rule(whole=(Check(Operation.READ, GROUP, "group_id"),)),
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS: Rule(whole=(Check(Operation.DELETE, GROUP, "group_id"),)),
     ApiKey.DESCRIBE_TRANSACTIONS: Rule(
         each=Check(Operation.DESCRIBE, TXN, ""),
         items=Items(("transactional_ids",), "transaction_states"),

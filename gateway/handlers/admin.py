@@ -11,7 +11,7 @@ from core.acl.model import CLUSTER_NAME, SUPPORTED_OPERATIONS, Operation, Resour
 from core.api import ZERO_UUID, Topic, TopicError, validate_topic_name
 from core.cluster.view import CLUSTER
 from core.errors import ErrorCode
-from kafkawire.apis import SUPPORTED_APIS
+from kafkawire.apis import FINALIZED_FEATURES, SUPPORTED_APIS, SUPPORTED_FEATURES
 from kafkawire.codec import RequestHeader
 from kafkawire.metadata_response import TopicMetadata, encode_metadata_response
 
@@ -28,18 +28,30 @@ log = logging.getLogger(__name__)
 _MAX_PRODUCER_EPOCH = 32767
 
 
-def api_versions_body(error_code: int = ErrorCode.NONE) -> dict[str, Any]:
+def api_versions_body(error_code: int = ErrorCode.NONE, version: int = 0) -> dict[str, Any]:
+    """The APIs and, from v3, the features: supported ranges (before v4 without those whose
+    minimum is 0, which older clients cannot read) and the finalized levels."""
     return {
         "error_code": error_code,
         "api_keys": [
             {"api_key": key, "min_version": s.advertised_min, "max_version": s.max_version}
             for key, s in sorted(SUPPORTED_APIS.items())
         ],
+        "supported_features": [
+            {"name": name, "min_version": low, "max_version": high}
+            for name, (low, high) in sorted(SUPPORTED_FEATURES.items())
+            if low > 0 or version >= 4
+        ],
+        "finalized_features_epoch": 0,
+        "finalized_features": [
+            {"name": name, "min_version_level": level, "max_version_level": level}
+            for name, level in sorted(FINALIZED_FEATURES.items())
+        ],
     }
 
 
 async def api_versions(ctx: GatewayContext, header: RequestHeader, body: Any) -> dict[str, Any]:
-    return api_versions_body()
+    return api_versions_body(version=header.api_version)
 
 
 async def metadata(ctx: GatewayContext, header: RequestHeader, body: Any) -> bytes:

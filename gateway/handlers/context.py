@@ -14,6 +14,7 @@ from core.api import Store, Transactions
 from core.configs.broker import DynamicBrokerConfigs
 from core.credentials import Credentials
 from core.groups import GroupCoordinator
+from core.sharegroups import ShareCoordinator
 from kafkawire.codec import RequestHeader
 
 NODE_ID = 1
@@ -51,6 +52,7 @@ class GatewayContext:
     listeners: tuple[tuple[str, str, str], ...] = ()
     # Dynamic broker configs (core/configs/broker.py); None: broker configs are read-only.
     dynamic_configs: DynamicBrokerConfigs | None = None
+    shares: ShareCoordinator | None = None  # share groups (core/sharegroups)
 
 
 def advertised_endpoint(ctx: GatewayContext) -> tuple[str, int]:

@@ -23,16 +23,28 @@ _KEY_TYPE_GROUP, _KEY_TYPE_TRANSACTION = 0, 1
 # when there is no authorizer.
 _GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 _OPERATIONS_NOT_REQUESTED = -(2**31)
+# ListGroups v5 group types
+_CLASSIC, _CONSUMER = "classic", "consumer"
 
 
 async def find_coordinator(ctx: GatewayContext, header: RequestHeader, body: Any) -> dict[str, Any]:
     """One node, or a stable hash over the live nodes, coordinates a group or a
-    transactional id."""
+    transactional id. v4+ asks for several keys at once."""
     key_type = getattr(body, "key_type", _KEY_TYPE_GROUP)
+    if header.api_version >= 4:
+        return {
+            "coordinators": [
+                {"key": key, **_coordinator(ctx, key_type, key)} for key in body.coordinator_keys
+            ]
+        }
+    return _coordinator(ctx, key_type, getattr(body, "key", "") or "")
+
+
+def _coordinator(ctx: GatewayContext, key_type: int, key: str) -> dict[str, Any]:
     if key_type == _KEY_TYPE_GROUP or (
         key_type == _KEY_TYPE_TRANSACTION and ctx.transactions is not None
     ):
-        other = CLUSTER.coordinator(getattr(body, "key", "") or "")
+        other = CLUSTER.coordinator(key)
         if other is not None:  # several nodes: groups and ids are spread over the live nodes
             return {
                 "error_code": ErrorCode.NONE,
@@ -142,19 +154,35 @@ async def leave_group(ctx: GatewayContext, header: RequestHeader, body: Any) -> 
 
 
 async def list_groups(ctx: GatewayContext, header: RequestHeader, body: Any) -> dict[str, Any]:
+    """Classic groups and consumer groups (protocol type "consumer", group type "consumer"
+    from v5), filtered by state (v4+) and type (v5+), case-insensitively as Kafka does."""
     wanted = getattr(body, "states_filter", ())
     states = {s.lower() for s in wanted} if wanted else None
-    return {
-        "error_code": ErrorCode.NONE,
-        "groups": [
+    wanted_types = {t.lower() for t in getattr(body, "types_filter", ())}
+    groups: list[dict[str, Any]] = []
+    if not wanted_types or _CLASSIC in wanted_types:
+        groups.extend(
             {
                 "group_id": g.group_id,
                 "protocol_type": g.protocol_type or "",
                 "group_state": g.state.value,
+                "group_type": _CLASSIC,
             }
             for g in ctx.groups.list_groups(states)
-        ],
-    }
+        )
+    if not wanted_types or _CONSUMER in wanted_types:
+        for group in ctx.groups.consumer.groups.values():
+            state = group.state().value
+            if states is None or state.lower() in states:
+                groups.append(
+                    {
+                        "group_id": group.group_id,
+                        "protocol_type": _CONSUMER,
+                        "group_state": state,
+                        "group_type": _CONSUMER,
+                    }
+                )
+    return {"error_code": ErrorCode.NONE, "groups": groups}
 
 
 async def describe_groups(ctx: GatewayContext, header: RequestHeader, body: Any) -> dict[str, Any]:
@@ -163,15 +191,28 @@ async def describe_groups(ctx: GatewayContext, header: RequestHeader, body: Any)
         if getattr(body, "include_authorized_operations", False)
         else _OPERATIONS_NOT_REQUESTED
     )
-    return {"groups": [_describe(ctx, group_id, operations) for group_id in body.groups]}
+    return {
+        "groups": [
+            _describe(ctx, group_id, operations, header.api_version) for group_id in body.groups
+        ]
+    }
 
 
-def _describe(ctx: GatewayContext, group_id: str, operations: int) -> dict[str, Any]:
+def _describe(ctx: GatewayContext, group_id: str, operations: int, version: int) -> dict[str, Any]:
     group = ctx.groups.group(group_id)
     if group is None:
-        # What Kafka answers for a group it does not know: no error, state Dead.
+        # What Kafka answers for a group it does not know, or one of the consumer group
+        # protocol: state Dead, no error before v6, GROUP_ID_NOT_FOUND from v6.
+        consumer = group_id in ctx.groups.consumer.groups
         return {
-            "error_code": ErrorCode.NONE,
+            "error_code": ErrorCode.GROUP_ID_NOT_FOUND if version >= 6 else ErrorCode.NONE,
+            "error_message": (
+                f"Group {group_id} is not a classic group."
+                if consumer
+                else f"Group {group_id} not found."
+            )
+            if version >= 6
+            else None,
             "group_id": group_id,
             "group_state": GroupState.DEAD.value,
             "protocol_type": "",

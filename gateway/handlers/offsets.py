@@ -74,10 +74,30 @@ async def offset_commit(ctx: GatewayContext, header: RequestHeader, body: Any) -
 
 async def offset_fetch(ctx: GatewayContext, header: RequestHeader, body: Any) -> dict[str, Any]:
     """Committed offsets of the requested partitions (-1 where there is none), or of every
-    partition the group has committed when topics is null (v2+)."""
-    group_id = body.group_id
+    partition the group has committed when topics is null (v2+); v8+ asks for several
+    groups at once, v9+ as a member of a consumer group (its member id and epoch checked)."""
+    require_stable = getattr(body, "require_stable", False)
+    if header.api_version < 8:
+        error, topics = await _fetch_group(ctx, body.group_id, body.topics, require_stable)
+        return {"error_code": ErrorCode.NONE, "topics": topics}
+    groups = []
+    for group in body.groups:
+        error = ctx.groups.validate_fetch(
+            group.group_id, getattr(group, "member_id", None), getattr(group, "member_epoch", -1)
+        )
+        topics = []
+        if not error:
+            error, topics = await _fetch_group(ctx, group.group_id, group.topics, require_stable)
+        groups.append({"group_id": group.group_id, "topics": topics, "error_code": error})
+    return {"groups": groups}
+
+
+async def _fetch_group(
+    ctx: GatewayContext, group_id: str, requested: Any, require_stable: bool
+) -> tuple[ErrorCode, list[dict[str, Any]]]:
     await ctx.groups.offsets.load_fresh(group_id)  # several nodes: read the database
-    if body.topics is None:
+    topics: list[dict[str, Any]]
+    if requested is None:
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for offset in ctx.groups.all_committed(group_id):
             by_topic.setdefault(offset.topic, []).append(_fetched(offset.partition, offset))
@@ -91,19 +111,19 @@ async def offset_fetch(ctx: GatewayContext, header: RequestHeader, body: Any) ->
                     for index in topic.partition_indexes
                 ],
             }
-            for topic in body.topics
+            for topic in requested
         ]
     txns = ctx.transactions
-    if getattr(body, "require_stable", False) and txns is not None:
+    if require_stable and txns is not None:
         # An open transaction's TxnOffsetCommit is pending for the partition (v7+).
         for t in topics:
-            name: str = t["name"]  # type: ignore[assignment]
-            parts: list[dict[str, Any]] = t["partitions"]  # type: ignore[assignment]
+            name: str = t["name"]
+            parts: list[dict[str, Any]] = t["partitions"]
             for p in parts:
                 if txns.has_pending_offsets(group_id, name, p["partition_index"]):
                     p["error_code"] = ErrorCode.UNSTABLE_OFFSET_COMMIT
                     p["committed_offset"] = _NO_OFFSET
-    return {"error_code": ErrorCode.NONE, "topics": topics}
+    return ErrorCode.NONE, topics
 
 
 def _fetched(index: int, offset: CommittedOffset | None) -> dict[str, Any]:

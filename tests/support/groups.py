@@ -198,6 +198,56 @@ class ConfluentMember(Member):
             consumer.close()
 
 
+class ConfluentConsumerProtocolMember(Member):
+    """confluent-kafka with `group.protocol=consumer`: the broker assigns, with the server
+    assignor `strategy` (uniform or range). A topic starting with ^ is a regex."""
+
+    kind = "confluent-consumer-protocol"
+
+    def _run(self) -> None:
+        from confluent_kafka import Consumer, KafkaError, KafkaException
+
+        conf: dict[str, Any] = {
+            "bootstrap.servers": self.bootstrap,
+            "group.id": self.group,
+            "group.protocol": "consumer",
+            "group.remote.assignor": self.strategy,
+            "client.id": self.name,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "topic.metadata.refresh.interval.ms": 1000,
+        }
+        if self.instance_id:
+            conf["group.instance.id"] = self.instance_id
+        consumer = Consumer(conf)
+        stats = self.stats
+
+        def on_assign(c: Any, partitions: Any) -> None:
+            stats.assigned_calls += 1
+
+        def on_revoke(c: Any, partitions: Any) -> None:
+            stats.revoked_calls += 1
+
+        consumer.subscribe(self.topics, on_assign=on_assign, on_revoke=on_revoke)
+        try:
+            while not self._stop.is_set():
+                msgs = consumer.consume(num_messages=100, timeout=0.1)
+                for m in msgs:
+                    if m.error():
+                        if m.error().code() != KafkaError._PARTITION_EOF:
+                            stats.errors.append(str(m.error()))
+                        continue
+                    self._record(m.topic(), m.partition(), m.offset(), m.value())
+                if msgs:
+                    try:
+                        consumer.commit(asynchronous=False)
+                    except KafkaException:
+                        stats.commit_failures += 1
+                stats.assignment = frozenset((p.topic, p.partition) for p in consumer.assignment())
+        finally:
+            consumer.close()
+
+
 class AiokafkaMember(Member):
     kind = "aiokafka"
 
@@ -256,6 +306,7 @@ MEMBER_KINDS: dict[str, type[Member]] = {
     "kafka-python": KafkaPythonMember,
     "confluent": ConfluentMember,
     "aiokafka": AiokafkaMember,
+    "confluent-consumer-protocol": ConfluentConsumerProtocolMember,
 }
 
 _PROCESS_SCRIPT = Path(__file__).with_name("group_member_proc.py")

@@ -176,11 +176,55 @@ CASES = [
         GROUP_DENIED,
     ),
     Case(
+        "offset_fetch_v9_groups",
+        9,
+        9,
+        lambda: {
+            "groups": [{"group_id": GROUP, "topics": [{"name": TOPIC, "partition_indexes": [0]}]}]
+        },
+        lambda r: (
+            {int(g.error_code) for g in r.groups}
+            | {int(p.error_code) for g in r.groups for t in g.topics for p in t.partitions}
+        ),
+        GROUP_DENIED,
+    ),
+    Case(
+        "consumer_group_heartbeat",
+        68,
+        1,
+        lambda: {
+            "group_id": GROUP,
+            "member_id": "acl-member",
+            "member_epoch": -1,  # a leave: the classic cases keep the group to themselves
+            "topic_partitions": None,
+        },
+        lambda r: {int(r.error_code)},
+        GROUP_DENIED,
+        frozenset({25}),  # UNKNOWN_MEMBER_ID
+    ),
+    Case(
+        "consumer_group_describe",
+        69,
+        1,
+        lambda: {"group_ids": [GROUP], "include_authorized_operations": False},
+        lambda r: {int(g.error_code) for g in r.groups},
+        GROUP_DENIED,
+        frozenset({0, 69}),  # GROUP_ID_NOT_FOUND when the group is not a consumer group
+    ),
+    Case(
         "find_coordinator",
         10,
         3,
         lambda: {"key": GROUP, "key_type": 0},
         lambda r: {int(r.error_code)},
+        GROUP_DENIED,
+    ),
+    Case(
+        "find_coordinator_v4_keys",
+        10,
+        4,
+        lambda: {"coordinator_keys": [GROUP], "key_type": 0},
+        lambda r: {int(c.error_code) for c in r.coordinators},
         GROUP_DENIED,
     ),
     Case(
@@ -582,6 +626,87 @@ CASES = [
         lambda r: {int(t.error_code) for t in r.transaction_states},
         TXN_DENIED,
         _ok_unless(TXN_DENIED),
+    ),
+    # share groups: GROUP resources
+    Case(
+        "share_group_heartbeat",
+        76,
+        1,
+        lambda: {
+            "group_id": GROUP,
+            "member_id": "acl-member",
+            "member_epoch": 0,
+            "subscribed_topic_names": [TOPIC],
+        },
+        lambda r: {int(r.error_code)},
+        GROUP_DENIED,
+        _ok_unless(GROUP_DENIED),
+    ),
+    Case(
+        "share_group_describe",
+        77,
+        1,
+        lambda: {"group_ids": [GROUP], "include_authorized_operations": False},
+        lambda r: {int(g.error_code) for g in r.groups},
+        GROUP_DENIED,
+        _ok_unless(GROUP_DENIED),
+    ),
+    Case(
+        "share_fetch",
+        78,
+        1,
+        lambda: {
+            "group_id": GROUP,
+            "member_id": "acl-member",
+            "share_session_epoch": 0,
+            "max_wait": 0,
+            "min_bytes": 0,
+            "max_records": 10,
+            "batch_size": 10,
+            "topics": [],
+            "forgotten_topics_data": [],
+        },
+        lambda r: {int(r.error_code)},
+        GROUP_DENIED,
+    ),
+    Case(
+        "share_acknowledge",
+        79,
+        1,
+        lambda: {
+            "group_id": GROUP,
+            "member_id": "acl-member",
+            "share_session_epoch": 0,
+            "topics": [],
+        },
+        lambda r: {int(r.error_code)},
+        GROUP_DENIED,
+    ),
+    Case(
+        "describe_share_group_offsets",
+        90,
+        1,
+        lambda: {"groups": [{"group_id": GROUP, "topics": None}]},
+        lambda r: {int(g.error_code) for g in r.groups},
+        GROUP_DENIED,
+    ),
+    Case(
+        "alter_share_group_offsets",
+        91,
+        0,
+        lambda: {"group_id": GROUP, "topics": []},
+        lambda r: {int(r.error_code)},
+        GROUP_DENIED,
+        _ok_unless(GROUP_DENIED),
+    ),
+    Case(
+        "delete_share_group_offsets",
+        92,
+        0,
+        lambda: {"group_id": GROUP, "topics": []},
+        lambda r: {int(r.error_code)},
+        GROUP_DENIED,
+        _ok_unless(GROUP_DENIED),
     ),
 ]
 

@@ -217,7 +217,7 @@ def _parse_api_versions_v0(payload: bytes, correlation_id: int):
     return error_code, apis
 
 
-@pytest.mark.parametrize("version", [4, 99, 32767])
+@pytest.mark.parametrize("version", [5, 99, 32767])
 def test_api_versions_unsupported_version_gets_v0_error_response(shared_gateway, version):
     body = b"\x05tests\x021\x00"  # v3-style body: compact strings + empty tagged fields
     sock = open_socket(shared_gateway.bootstrap)

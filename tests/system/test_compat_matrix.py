@@ -66,6 +66,16 @@ def test_matrix_against_streamgate(gateway: Gateway, tmp_path: Path) -> None:
         assert by[(r, "kcat")].status == NA, by[(r, "kcat")]
     assert by[("topic-ids", "aiokafka")].status == NA
     assert by[("group-coop-sticky", "aiokafka")].status == NA
+    # share groups: confluent-kafka's ShareConsumer; the other clients have none
+    assert by[("share-group", "confluent-kafka")].status == PASS, by[
+        ("share-group", "confluent-kafka")
+    ]
+    for column in ("kafka-python", "aiokafka", "kcat"):
+        assert by[("share-group", column)].status == NA, by[("share-group", column)]
+    # the consumer group protocol: confluent-kafka has it, the other clients do not
+    assert by[("group-consumer-protocol", "confluent-kafka")].status == PASS
+    for column in ("kafka-python", "aiokafka", "kcat"):
+        assert by[("group-consumer-protocol", column)].status == NA
 
 
 @pytest.fixture(scope="module")
@@ -100,6 +110,8 @@ def test_matrix_against_kafka(kafka: KafkaBroker, tmp_path: Path) -> None:
         r
         for r in results
         if r.status == FAIL
+        # Kafka 3.5.1, the reference here, predates the consumer group protocol
+        and r.row != "group-consumer-protocol"
         and not (
             r.column == "kafka-python"
             and r.row in flaky
@@ -119,6 +131,14 @@ def test_matrix_against_kafka(kafka: KafkaBroker, tmp_path: Path) -> None:
         ("oversize-refused", "kcat"),
         ("topic-ids", "kcat"),
         ("topic-ids", "aiokafka"),
+        # Kafka 3.5 has no share groups (and only confluent-kafka has a share consumer)
+        ("share-group", "kafka-python"),
+        ("share-group", "confluent-kafka"),
+        ("share-group", "aiokafka"),
+        ("share-group", "kcat"),
+        ("group-consumer-protocol", "kafka-python"),
+        ("group-consumer-protocol", "aiokafka"),
+        ("group-consumer-protocol", "kcat"),
     }
 
 

@@ -26,17 +26,19 @@ NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND, MEMBER_ID_REQUIRED, FENCED = 68, 69, 79, 82
 GROUP_SUBSCRIBED_TO_TOPIC = 86
 
 ADVERTISED = {
-    8: (2, 8),  # OffsetCommit
-    9: (1, 7),  # OffsetFetch
-    10: (0, 3),  # FindCoordinator
-    11: (0, 7),  # JoinGroup
+    8: (2, 9),  # OffsetCommit
+    9: (1, 9),  # OffsetFetch
+    10: (0, 4),  # FindCoordinator
+    11: (0, 9),  # JoinGroup
     12: (0, 4),  # Heartbeat
-    13: (0, 4),  # LeaveGroup
+    13: (0, 5),  # LeaveGroup
     14: (0, 5),  # SyncGroup
-    15: (0, 5),  # DescribeGroups
-    16: (0, 4),  # ListGroups
+    15: (0, 6),  # DescribeGroups
+    16: (0, 5),  # ListGroups
     42: (0, 2),  # DeleteGroups
     47: (0, 0),  # OffsetDelete
+    68: (0, 1),  # ConsumerGroupHeartbeat
+    69: (0, 1),  # ConsumerGroupDescribe
 }
 
 
@@ -175,11 +177,37 @@ def _minimal(api_key: int, version: int, topic: str, group: str) -> tuple[Any, A
             topics=[{"name": topic, "partitions": [partition]}],
         )
         return body, lambda r: r.topics[0].partitions[0].error_code == NONE
+    if api_key == 9 and version >= 8:
+        wanted = [{"name": topic, "partition_indexes": [0, 1]}]
+        body = request(9, version, groups=[{"group_id": group, "topics": wanted}])
+        return (
+            body,
+            lambda r: [p.committed_offset for p in r.groups[0].topics[0].partitions] == [-1, -1],
+        )
     if api_key == 9:
         body = request(
             9, version, group_id=group, topics=[{"name": topic, "partition_indexes": [0, 1]}]
         )
         return body, lambda r: [p.committed_offset for p in r.topics[0].partitions] == [-1, -1]
+    if api_key == 68:
+        body = request(
+            68,
+            version,
+            group_id=group,
+            member_id="m",
+            member_epoch=0,
+            rebalance_timeout=30_000,
+            subscribed_topic_names=[topic],
+            topic_partitions=[],
+        )
+        return body, lambda r: r.error_code == NONE and r.member_epoch == 1
+    if api_key == 69:
+        body = request(69, version, group_ids=[group], include_authorized_operations=False)
+        return body, lambda r: r.groups[0].error_code == GROUP_ID_NOT_FOUND
+    if api_key == 10 and version >= 4:
+        return request(10, version, coordinator_keys=[group, "other"], key_type=0), (
+            lambda r: [(c.key, c.node_id) for c in r.coordinators] == [(group, 1), ("other", 1)]
+        )
     if api_key == 10:
         return request(10, version, key=group, key_type=0), lambda r: r.node_id == 1 and r.port > 0
     if api_key == 11:
@@ -199,7 +227,17 @@ def _minimal(api_key: int, version: int, topic: str, group: str) -> tuple[Any, A
         return body, lambda r: r.error_code == UNKNOWN_MEMBER
     if api_key == 15:
         body = request(15, version, groups=[group], include_authorized_operations=False)
-        return body, lambda r: r.groups[0].group_state == "Dead"
+        expected = GROUP_ID_NOT_FOUND if version >= 6 else NONE
+        return (
+            body,
+            lambda r: (
+                (r.groups[0].group_state, r.groups[0].error_code)
+                == (
+                    "Dead",
+                    expected,
+                )
+            ),
+        )
     if api_key == 16:
         return request(16, version, states_filter=[]), lambda r: r.error_code == NONE
     if api_key == 42:

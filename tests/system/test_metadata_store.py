@@ -284,6 +284,19 @@ def test_broker_configs_round_trip(engine: Engine, db: SqlMetadataStore) -> None
     again.close()
 
 
+def test_share_partitions_round_trip(db: SqlMetadataStore) -> None:
+    db.save_share_partitions([("g", "t", 0, 5, 9, "[[5, 1, 2]]"), ("g", "u", 1, 0, 0, "[]")])
+    db.save_share_partitions([("g", "t", 0, 7, 9, "[]"), ("h", "t", 0, 1, 1, "[]")])
+    assert sorted(db.load_share_partitions()) == [
+        ("g", "t", 0, 7, 9, "[]"),
+        ("g", "u", 1, 0, 0, "[]"),
+        ("h", "t", 0, 1, 1, "[]"),
+    ]
+    db.delete_share_partitions("g", "u")
+    db.delete_share_partitions(None, "t")
+    assert db.load_share_partitions() == []
+
+
 def test_compaction_swap_round_trip(db: SqlMetadataStore) -> None:
     db.create_topic(_topic())
     old = [

@@ -172,7 +172,7 @@ def tier(gw: Gateway) -> dict[str, Any]:
     return http(gw, "/tier")
 
 
-def test_replay_history_from_tier2_equals_live(spark, tmp_path) -> None:
+def test_replay_history_from_tier2_equals_live(spark, tmp_path, capsys) -> None:
     gw = Gateway(tmp_path / "data", tmp_path / "server.log", GATEWAY_TIER_ARGS, metrics=True)
     gw.start_fresh()
     try:
@@ -207,6 +207,18 @@ def test_replay_history_from_tier2_equals_live(spark, tmp_path) -> None:
             - before["cache_misses"]
         )
         assert reads > 0 and after["read_errors"] == 0, (before, after)
+
+        # the native source (spark_source/) replays the same history straight from tier 2,
+        # equal window by window to the live job and to the connector's replay
+        capsys.readouterr()
+        admin = gw.admin_url.removeprefix("http://")
+        args = ["--bootstrap", gw.bootstrap, "--topic", source, "--admin", admin]
+        live_dir = str(pipeline.parquet_dir)
+        more = ["--source", "both", "--mode", "batch", "--out", str(tmp_path / "rp")]
+        code = replay.main([*args, "--live", live_dir, *more])
+        out = capsys.readouterr().out
+        assert code == 0, out
+        assert "streamgate batch replay:" in out and "connector vs streamgate" in out, out
     finally:
         gw.close()
 

@@ -115,7 +115,12 @@ def test_rule_pairings_match_every_version(key: int) -> None:
     pairing = RULES[key].items
     assert pairing is not None
     support = SUPPORTED_APIS[key]
-    for version in range(support.min_version, support.max_version + 1):
+    last = support.max_version
+    if key == ApiKey.OFFSET_FETCH:
+        last = 7  # v8+ (several groups) is guarded by guard._offset_fetch, not the row
+    if key == ApiKey.FIND_COORDINATOR:
+        last = 3  # v4+ (several keys): guard._find_coordinator
+    for version in range(support.min_version, last + 1):
         _check(
             load_request_schema(key, version), load_response_schema(key, version), pairing, version
         )

@@ -19,7 +19,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 # Lowest first: a package may import the packages before it, never one after it.
-LAYERS = ["core", "kafkawire", "gateway", "admin", "kafkaclient", "bridge", "cli"]
+LAYERS = ["core", "kafkawire", "gateway", "admin", "kafkaclient", "spark_source", "bridge", "cli"]
 PACKAGES = [*LAYERS, "harness"]
 
 

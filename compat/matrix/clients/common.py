@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+import struct
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
@@ -61,3 +63,26 @@ def in_order_per_partition(pairs: Iterable[tuple[int | None, bytes | None]]) -> 
             return False
         last[partition] = value
     return True
+
+
+def broker_api_keys(bootstrap: str, timeout: float = 10.0) -> set[int]:
+    """The API keys the broker at `bootstrap` advertises (a raw ApiVersions v0), for cells
+    whose feature only some brokers have (share groups: Kafka 4.1+)."""
+    host, port = bootstrap.rsplit(":", 1)
+    request = struct.pack(">hhih", 18, 0, 1, -1)  # ApiVersions v0, no client id
+    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+        sock.sendall(struct.pack(">i", len(request)) + request)
+        size = struct.unpack(">i", _recv(sock, 4))[0]
+        body = _recv(sock, size)
+    _correlation, _error, count = struct.unpack_from(">ihi", body, 0)
+    return {struct.unpack_from(">h", body, 10 + 6 * i)[0] for i in range(count)}
+
+
+def _recv(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise AssertionError("connection closed during ApiVersions")
+        data += chunk
+    return data

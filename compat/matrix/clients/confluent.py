@@ -27,12 +27,13 @@ from confluent_kafka.admin import (
 from compat.matrix.clients.common import (
     LARGE_RECORDS,
     LARGE_VALUE_BYTES,
+    broker_api_keys,
     expect_split,
     expect_values,
     in_order_per_partition,
     wait_for,
 )
-from compat.matrix.model import CellContext, expect
+from compat.matrix.model import CellContext, ClientLacks, expect
 
 
 def _producer(ctx: CellContext, **conf: Any) -> Producer:
@@ -222,12 +223,16 @@ def list_offsets_time(ctx: CellContext) -> str:
     return f"t0+5s -> {half}"
 
 
-def _group_split(ctx: CellContext, strategy: str, static: bool = False) -> str:
+def _group_split(
+    ctx: CellContext, strategy: str, static: bool = False, protocol: str = "classic"
+) -> str:
     conf: dict[str, Any] = {
         "partition.assignment.strategy": strategy,
         "session.timeout.ms": 30000,
         "heartbeat.interval.ms": 500,
     }
+    if protocol == "consumer":  # the broker assigns with its server assignor `strategy`
+        conf = {"group.protocol": "consumer", "group.remote.assignor": strategy}
     members: list[Consumer] = []
     for i in range(2):
         extra = {"group.instance.id": f"member-{i}"} if static else {}
@@ -466,6 +471,58 @@ def oversize_refused(ctx: CellContext) -> str:
     raise AssertionError("a 20000-byte record was accepted by a max.message.bytes=10000 topic")
 
 
+def share_group(ctx: CellContext) -> str:
+    """Two explicit-mode share consumers: every record accepted once overall; one record
+    released first comes back with delivery count 2."""
+    import confluent_kafka
+
+    if not hasattr(confluent_kafka, "ShareConsumer"):
+        raise ClientLacks("this confluent-kafka has no ShareConsumer")
+    if 76 not in broker_api_keys(ctx.bootstrap):  # ShareGroupHeartbeat
+        raise ClientLacks("the broker serves no share groups (Kafka 4.1+)")
+    from confluent_kafka import AcknowledgeType, ShareConsumer
+
+    consumers = []
+    for _ in range(2):
+        c = ShareConsumer(
+            {
+                "bootstrap.servers": ctx.bootstrap,
+                "group.id": ctx.group,
+                "share.acknowledgement.mode": "explicit",
+            }
+        )
+        c.subscribe([ctx.topic])
+        consumers.append(c)
+    try:
+        for c in consumers:  # join (and start from here: share.auto.offset.reset=latest)
+            c.poll(1.0)
+        _produce(ctx, ctx.records, partition=0)
+        accepted: list[bytes | None] = []
+        released_again = False
+        first_release: bytes | None = None
+        deadline = time.monotonic() + ctx.timeout / 2
+        while len(accepted) < ctx.records and time.monotonic() < deadline:
+            for c in consumers:
+                batch = [m for m in c.poll(0.3) if m.error() is None]
+                for m in batch:
+                    if first_release is None:
+                        first_release = m.value()
+                        c.acknowledge(m, AcknowledgeType.RELEASE)
+                        continue
+                    if m.value() == first_release:
+                        released_again = m.delivery_count() == 2
+                    c.acknowledge(m, AcknowledgeType.ACCEPT)
+                    accepted.append(m.value())
+                if batch:
+                    c.commit_sync(15)
+        expect_values(ctx, accepted, ctx.records)
+        expect(released_again, "the released record did not come back at delivery 2")
+    finally:
+        for c in consumers:
+            c.close()
+    return f"{ctx.records} records accepted once by 2 share consumers, a release redelivered"
+
+
 CELLS = {
     "produce-gzip": _codec("gzip"),
     "produce-snappy": _codec("snappy"),
@@ -484,6 +541,7 @@ CELLS = {
     "group-roundrobin": lambda ctx: _group_split(ctx, "roundrobin"),
     "group-coop-sticky": lambda ctx: _group_split(ctx, "cooperative-sticky"),
     "static-members": lambda ctx: _group_split(ctx, "range", static=True),
+    "group-consumer-protocol": lambda ctx: _group_split(ctx, "uniform", protocol="consumer"),
     "committed-offsets": committed_offsets,
     "admin-topics": admin_topics,
     "admin-partitions": admin_partitions,
@@ -496,4 +554,5 @@ CELLS = {
     "oversize-refused": oversize_refused,
     "restart": restart,
     "transactions": transactions,
+    "share-group": share_group,
 }

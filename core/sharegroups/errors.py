@@ -1,0 +1,21 @@
+"""Kafka error codes of the share-group APIs (values from the Kafka protocol)."""
+
+from enum import IntEnum
+
+
+class ShareError(IntEnum):
+    NONE = 0
+    UNKNOWN_TOPIC_OR_PARTITION = 3
+    NOT_COORDINATOR = 16
+    INCONSISTENT_GROUP_PROTOCOL = 23
+    INVALID_GROUP_ID = 24
+    UNKNOWN_MEMBER_ID = 25
+    TOPIC_AUTHORIZATION_FAILED = 29
+    INVALID_REQUEST = 42
+    GROUP_ID_NOT_FOUND = 69
+    NON_EMPTY_GROUP = 68
+    UNKNOWN_TOPIC_ID = 100
+    FENCED_MEMBER_EPOCH = 110
+    INVALID_RECORD_STATE = 121
+    SHARE_SESSION_NOT_FOUND = 122
+    INVALID_SHARE_SESSION_EPOCH = 123

@@ -1,0 +1,127 @@
+"""Record batches (from a tier-2 slice or a Fetch) to Arrow record batches of the Kafka
+source's schema, with Kafka's consumer rules: control records never appear, and with
+read_committed neither do the batches of aborted transactions."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from core.recordbatch import RecordBatchError, decode_records, iter_stored_batches
+
+from .errors import StreamgateSourceError
+from .kafka import fetch_range
+from .objects import Tier2Reader
+from .options import ReadOptions
+from .plan import ReadTask
+
+ROWS_PER_BATCH = 8192
+SCHEMA_DDL = (
+    "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, "
+    "timestamp TIMESTAMP, timestampType INT"
+)
+HEADERS_DDL = ", headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
+
+
+def schema_ddl(include_headers: bool) -> str:
+    return SCHEMA_DDL + (HEADERS_DDL if include_headers else "")
+
+
+def _is_aborted(aborted: tuple[tuple[int, int, int], ...], producer_id: int, offset: int) -> bool:
+    return any(pid == producer_id and first <= offset <= last for pid, first, last in aborted)
+
+
+def task_batches(task: ReadTask, opts: ReadOptions) -> Iterator[bytes | memoryview]:
+    """The stored batches of a task, in offset order."""
+    if not task.from_tier2:
+        yield from fetch_range(
+            opts.gateway,
+            task.topic,
+            task.partition,
+            task.start,
+            task.end,
+            opts.read_committed,
+            opts.timeout_s,
+        )
+        return
+    reader = Tier2Reader(task.tier2, opts.tier2_overrides)
+    for s in task.slices:
+        data = reader.read(s.key, s.byte_start, s.byte_length)
+        view = memoryview(data)
+        last = -1
+        try:
+            for pos, header in iter_stored_batches(data):
+                last = header.last_offset
+                yield view[pos : pos + header.total_size]
+        except RecordBatchError as exc:
+            raise StreamgateSourceError(f"chunk object {s.key!r}: {exc}") from None
+        if last != s.last:  # a torn or foreign object: an error, never a silent gap
+            raise StreamgateSourceError(
+                f"chunk object {s.key!r}: the slice of {task.topic} partition "
+                f"{task.partition} ends at offset {last}, its index says {s.last}"
+            )
+
+
+def read_task(task: ReadTask, opts: ReadOptions, arrow_schema: Any) -> Iterator[Any]:
+    """Arrow record batches (pyarrow.RecordBatch) of the task's records."""
+    import pyarrow as pa
+
+    columns: list[list[Any]] = [[] for _ in arrow_schema.names]
+    key, value, topic, partition, offset, timestamp, ts_type = columns[:7]
+    headers = columns[7] if opts.include_headers else None
+
+    def flush() -> Any:
+        batch = pa.RecordBatch.from_arrays(
+            [pa.array(c, type=f.type) for c, f in zip(columns, arrow_schema, strict=True)],
+            schema=arrow_schema,
+        )
+        for c in columns:
+            c.clear()
+        return batch
+
+    for batch in _visible(task, opts, task_batches(task, opts)):
+        kind = (batch[21] >> 3) & 1  # attributes bit 3: the timestamp type
+        try:
+            records = decode_records(batch)
+        except Exception as exc:
+            raise StreamgateSourceError(
+                f"{task.topic} partition {task.partition}: unreadable batch: {exc}"
+            ) from None
+        for r in records:
+            if not task.start <= r.offset < task.end:
+                continue
+            key.append(r.key)
+            value.append(r.value)
+            topic.append(task.topic)
+            partition.append(task.partition)
+            offset.append(r.offset)
+            timestamp.append(r.timestamp * 1000)
+            ts_type.append(kind)
+            if headers is not None:
+                headers.append([{"key": k, "value": v} for k, v in r.headers])
+        if len(offset) >= ROWS_PER_BATCH:
+            yield flush()
+    if offset:
+        yield flush()
+
+
+def _visible(
+    task: ReadTask, opts: ReadOptions, batches: Iterable[bytes | memoryview]
+) -> Iterator[bytes | memoryview]:
+    from core.recordbatch import read_batch_header
+
+    for batch in batches:
+        header = read_batch_header(batch)
+        if header.last_offset < task.start:
+            continue
+        if header.base_offset >= task.end:
+            return
+        if header.is_control:
+            continue
+        if (
+            opts.read_committed
+            and header.is_transactional
+            and _is_aborted(task.aborted, header.producer_id, header.base_offset)
+        ):
+            continue
+        yield batch

@@ -1,0 +1,117 @@
+"""The Spark source's planning, without Spark: options, read tasks that follow chunks,
+the tail, aborted ranges, and the micro-batch bound."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from core.recordbatch import build_batch
+from core.segments.chunks import pack_chunk
+from spark_source.chunkmap import PartitionMap, SliceRef, TopicMap
+from spark_source.errors import StreamgateSourceError
+from spark_source.metadata import chunk_map_from
+from spark_source.options import parse_options
+from spark_source.plan import ReadTask, plan_topic
+from spark_source.rows import task_batches
+from spark_source.stream import cap
+
+BASE = {"gateway": "127.0.0.1:9092", "admin": "127.0.0.1:9100", "topic": "t"}
+
+
+def topic_map() -> TopicMap:
+    slices = tuple(SliceRef(f"c{i}", i * 100, i * 100 + 99, 0, 1000, 0) for i in range(4))
+    p0 = PartitionMap(0, 50, 450, 450, 400, slices, ((7, 120, 130), (7, 300, 310)))
+    p1 = PartitionMap(1, 0, 10, 10, 0, (), ())
+    return TopicMap("t", {"kind": "folder", "root": "/x"}, (p0, p1))
+
+
+def test_tasks_follow_chunks_then_the_tail() -> None:
+    tasks = plan_topic(topic_map(), parse_options({**BASE, "minPartitionBytes": "0"}))
+    assert [(t.partition, t.start, t.end, len(t.slices)) for t in tasks] == [
+        (0, 50, 100, 1),  # the log start cuts the first chunk
+        (0, 100, 200, 1),
+        (0, 200, 300, 1),
+        (0, 300, 400, 1),
+        (0, 400, 450, 0),  # the tail, through the Kafka protocol
+        (1, 0, 10, 0),
+    ]
+    grouped = plan_topic(topic_map(), parse_options({**BASE, "minPartitionBytes": "2000"}))
+    assert [(t.start, t.end) for t in grouped if t.partition == 0] == [
+        (50, 200),
+        (200, 400),
+        (400, 450),
+    ]
+
+
+def test_offsets_json_and_read_committed() -> None:
+    options = {
+        **BASE,
+        "startingOffsets": '{"t": {"0": 150}}',
+        "endingOffsets": '{"t": {"0": 305}}',
+        "isolationLevel": "read_committed",
+    }
+    tasks = plan_topic(topic_map(), parse_options(options))
+    assert [(t.partition, t.start, t.end, len(t.slices)) for t in tasks] == [(0, 150, 305, 3)]
+    assert tasks[0].aborted == ((7, 300, 310),)  # only what overlaps the range
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"admin": "a:1", "topic": "t"}, "'gateway'"),
+        ({**BASE, "admin": "nope"}, "'admin'"),
+        ({**BASE, "subscribePattern": "x"}, "exactly one"),
+        ({**BASE, "endingOffsets": "earliest"}, "endingOffsets"),
+        ({**BASE, "startingOffsets": '{"t": {"x": 1}}'}, "startingOffsets"),
+        ({**BASE, "includeHeaders": "yes"}, "includeHeaders"),
+        ({**BASE, "isolationLevel": "serializable"}, "isolationLevel"),
+        ({**BASE, "bogus": "1"}, "unknown option 'bogus'"),
+        ({**BASE, "startingOffsets": "{bad"}, "startingOffsets"),
+        ({**BASE, "maxRecordsPerTrigger": "0"}, "maxRecordsPerTrigger"),
+        ({**BASE, "startingTimestamp": "1", "startingOffsets": "earliest"}, "exclude"),
+    ],
+)
+def test_bad_options_name_the_option(options: dict[str, str], named: str) -> None:
+    with pytest.raises(StreamgateSourceError, match=named):
+        parse_options(options)
+
+
+def test_cap_shares_the_bound_in_proportion() -> None:
+    start = {"t": {"0": 0, "1": 10}}
+    end = {"t": {"0": 300, "1": 110, "2": 0}}
+    assert cap(start, end, 1000) == end
+    capped = cap(start, end, 100)
+    assert capped == {"t": {"0": 75, "1": 35, "2": 0}}
+    assert cap(start, {"t": {"0": 1, "1": 11}}, 1) == {"t": {"0": 1, "1": 10}}
+
+
+def _chunk(tmp_path: Path) -> tuple[ReadTask, int]:
+    batches = [build_batch([(b"k", b"v%d" % i, [])], base_offset=i) for i in range(10)]
+    chunk = pack_chunk([(0, batches)])
+    (tmp_path / "c.chunk").write_bytes(chunk.data)
+    s = chunk.slices[0]
+    ref = SliceRef("c.chunk", s.first_offset, s.last_offset, s.byte_start, s.byte_length, 0)
+    task = ReadTask("t", 0, 0, 10, (ref,), {"kind": "folder", "root": str(tmp_path)}, ())
+    return task, s.byte_length
+
+
+def test_a_slice_read_from_the_folder_and_a_torn_one(tmp_path: Path) -> None:
+    task, length = _chunk(tmp_path)
+    opts = parse_options(BASE)
+    assert [len(b) for b in task_batches(task, opts)] == [length // 10] * 10
+    torn = replace(task, slices=(replace(task.slices[0], byte_length=length - 5),))
+    with pytest.raises(StreamgateSourceError, match="ends at offset 8, its index says 9"):
+        list(task_batches(torn, opts))
+    (tmp_path / "c.chunk").unlink()
+    with pytest.raises(StreamgateSourceError, match="'c.chunk' is missing from tier 2 folder"):
+        list(task_batches(task, opts))
+
+
+def test_metadata_option_replaces_admin(tmp_path: Path) -> None:
+    opts = parse_options({"gateway": "a:1", "metadata": str(tmp_path / "m.db"), "topic": "t"})
+    assert opts.admin == "" and opts.metadata
+    with pytest.raises(StreamgateSourceError, match="option 'metadata': no metadata file"):
+        chunk_map_from(str(tmp_path / "m.db"), "t")
