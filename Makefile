@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: run test lint bench bench-report compat clean kcat-installed postgresql-installed java-installed javac-installed mosquitto-installed
+.PHONY: run test lint bench bench-report compat clean kcat-installed postgresql-installed java-installed javac-installed mosquitto-installed chromium-installed
 
 $(RUN_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,13 @@ mosquitto-installed:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq mosquitto; }
 
+# Debian's Chromium: the console's browser tests drive it headless with Playwright (no
+# browser download).
+chromium-installed:
+	@[ -x /usr/bin/chromium ] || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium; }
+
 # The JDK's compiler, for tests/system/test_txn_java.py (the Java transactional producer, run in
 # source-file mode against ../shared/kafka's client jars).
 javac-installed: java-installed
@@ -54,7 +61,7 @@ lint: $(TEST_STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-test: $(TEST_STAMP) kcat-installed postgresql-installed java-installed javac-installed mosquitto-installed lint
+test: $(TEST_STAMP) kcat-installed postgresql-installed java-installed javac-installed mosquitto-installed chromium-installed lint
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=25
 
 # The native Spark source's tests with its streaming test, which `make test` skips (minutes)
