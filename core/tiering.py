@@ -32,6 +32,7 @@ from .cluster.view import CLUSTER
 from .configs.topic_defs import split_list
 from .metadata import ChunkRecord, ChunkSlice, MetadataStore, OpenTxnSnapshot
 from .metadata_worker import MetadataWorker
+from .scaling.crash import crash_point
 from .segments.chunks import build_chunk, chunk_key
 from .segments.log import LogFile, SegmentLog, Tier1Usage
 from .segments.objectstore import Body, ObjectNotFound, ObjectStore, ObjectStoreUnavailable
@@ -229,6 +230,7 @@ class TierManager:
             await self._worker.call(self._metadata.commit_chunk, stream.name, chunk, producers)
         except KeyError:  # the topic went away while the chunk was in flight
             return
+        crash_point("chunk-after-commit")
         if stream.deleted:
             return
         trimmable = await self._save_open_txns(stream, {s.partition for s in built.slices})

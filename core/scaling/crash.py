@@ -8,7 +8,19 @@ import os
 
 log = logging.getLogger(__name__)
 
-CRASH_POINTS = ("scale-before-commit", "scale-after-commit")
+CRASH_POINTS = (
+    "scale-before-commit",
+    "scale-after-commit",
+    "compaction-after-put",
+    "compaction-after-commit",
+    # --wal object (core/wal/writer.py, core/tiering.py): an object written, not recorded;
+    # recorded, not acknowledged; its data also in a committed chunk; its rows forgotten,
+    # the object not deleted yet
+    "wal-after-put",
+    "wal-after-record",
+    "chunk-after-commit",
+    "fold-after-forget",
+)
 
 
 def crash_point(name: str) -> None:

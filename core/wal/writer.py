@@ -31,6 +31,7 @@ import trio
 from ..cluster.fencing import FENCE
 from ..failure_log import FailureLog
 from ..metadata import MetadataStore, WalFenced, WalRange
+from ..scaling.crash import crash_point
 from ..segments.objectstore import LocalFolderStore, ObjectStore
 from .layout import encode_header
 
@@ -220,6 +221,7 @@ class WalWriter:
         body = [header, *(memoryview(p) if isinstance(p, bytearray) else p for p in pieces)]
         await self._retry("write", lambda: self.object_store.put(key, body))
         put_done = time.perf_counter()
+        crash_point("wal-after-put")
         await previous.wait()
         if FENCE.lost:  # an earlier object was refused: this one is never acknowledged
             return
@@ -241,6 +243,7 @@ class WalWriter:
             FENCE.lose()
             log.error("write-ahead object refused, this node acknowledges nothing more: %s", exc)
             return
+        crash_point("wal-after-record")
         self.stats.objects += 1
         self.stats.bytes += size
         self.stats.put_seconds += put_done - started
@@ -302,6 +305,7 @@ class WalWriter:
                 if keys:
                     assert isinstance(keys, list)
                     await self._call(self.metadata.forget_wal_objects, keys)
+                    crash_point("fold-after-forget")
                     await self.object_store.delete_many(keys)
                     self.stats.folded += len(keys)
             except Exception as exc:  # retried at the next round
