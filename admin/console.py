@@ -2,8 +2,9 @@
 
     GET /api/topics?offset=&limit=&q=   a page of topics with their figures
     GET /streams/TOPIC/history           segments over time and the scale events' causes
-    GET /api/groups?offset=&limit=&q=   a page of consumer groups with their total lag
-    GET /api/groups/GROUP                members, assignments, committed offsets, lag
+    GET /api/groups?offset=&limit=&q=   a page of groups (classic, consumer, share), total lag
+    GET /api/groups/GROUP                members, assignments, committed offsets and lag, or
+                                         a share group's share-partition windows
     GET /api/nodes                       the cluster's live nodes and their open segments
     GET /api/transactions                the transaction coordinator's transactional ids
 Every list is paged (limit at most MAX_PAGE) and holds only what the principal may
@@ -21,11 +22,12 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from admin.auth import AdminSecurity
-from admin.groups import describe_group, group_ids
+from admin.groups import describe_group, group_ids, summary
 from admin.history import ScaleHistory
 from core.acl.model import Operation, ResourceType
 from core.cluster.view import CLUSTER
 from core.groups import GroupCoordinator
+from core.sharegroups.coordinator import ShareCoordinator
 from core.store import StreamStore
 from core.stream.stream import Stream
 from core.txn import TransactionCoordinator
@@ -43,9 +45,11 @@ class Console:
         groups: GroupCoordinator | None,
         security: AdminSecurity,
         transactions: TransactionCoordinator | None = None,
+        shares: ShareCoordinator | None = None,
     ) -> None:
         self.store = store
         self.groups = groups
+        self.shares = shares
         self.transactions = transactions
         self.security = security
         self.history = ScaleHistory(store)
@@ -116,11 +120,11 @@ class Console:
         return JSONResponse(self.history.describe(topic))
 
     def _group_ids(self) -> list[str]:
-        return [] if self.groups is None else group_ids(self.groups)
+        return [] if self.groups is None else group_ids(self.groups, self.shares)
 
     def _describe_group(self, group_id: str) -> dict[str, Any]:
         assert self.groups is not None
-        return describe_group(self.store, self.groups, group_id)
+        return describe_group(self.store, self.groups, group_id, self.shares)
 
     def _may_describe_group(self, request: Request, principal: str, group_id: str) -> bool:
         return self.security.allowed(
@@ -135,18 +139,7 @@ class Console:
             for g in self._group_ids()
             if query in g and self._may_describe_group(request, principal, g)
         ]
-        rows = []
-        for group_id in ids[offset : offset + limit]:
-            described = self._describe_group(group_id)
-            rows.append(
-                {
-                    "group_id": group_id,
-                    "state": described["state"],
-                    "protocol_type": described["protocol_type"],
-                    "members": len(described["members"]),
-                    "lag": sum(o["lag"] or 0 for o in described["offsets"]),
-                }
-            )
+        rows = [summary(self._describe_group(g)) for g in ids[offset : offset + limit]]
         return JSONResponse({"total": len(ids), "offset": offset, "limit": limit, "groups": rows})
 
     async def group(self, request: Request) -> Response:

@@ -16,6 +16,7 @@ from admin.auth import AdminSecurity
 from admin.console import Console
 from admin.metrics import store_registry
 from core.groups import GroupCoordinator
+from core.sharegroups.coordinator import ShareCoordinator
 from core.store import StreamStore
 from core.txn import TransactionCoordinator
 
@@ -32,11 +33,12 @@ class AdminServer:
         security: AdminSecurity | None = None,
         groups: GroupCoordinator | None = None,
         transactions: TransactionCoordinator | None = None,
+        shares: ShareCoordinator | None = None,
     ) -> None:
         self.store = store
         self.security = security or AdminSecurity()
         self.api = AdminApi(store, store_registry(store, groups), self.security)
-        self.console = Console(store, groups, self.security, transactions)
+        self.console = Console(store, groups, self.security, transactions, shares)
         self.app = build_app(self.api.routes() + self.console.routes())
 
     async def serve(

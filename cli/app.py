@@ -144,7 +144,7 @@ async def serve(settings: Settings) -> None:
                     if settings.metrics_listen is not None:
                         host, metrics_port = settings.metrics_listen
                         security = AdminSecurity(credentials, _uses_sasl(settings), authorizer)
-                        admin = AdminServer(store, security, groups, txns)
+                        admin = AdminServer(store, security, groups, txns, shares)
                         _, bound_port = await server_nursery.start(
                             admin.serve, host, metrics_port, settings.admin_tls
                         )

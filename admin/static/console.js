@@ -237,11 +237,12 @@ function groupsView() {
   polled(`<h1>Consumer groups</h1><div class="pager pages"></div><div class="area"></div>`, async function refresh(area, current) {
     const data = await getJSON(`/api/groups?offset=${state.offset}&limit=${PAGE}`);
     if (!current()) return;
-    area.innerHTML = `<table id="groups"><thead><tr><th>group</th><th>state</th><th>protocol</th>
+    area.innerHTML = `<table id="groups"><thead><tr><th>group</th><th>type</th><th>state</th><th>protocol</th>
       <th class="num">members</th><th class="num">lag</th></tr></thead><tbody>
-      ${data.groups.map((g) => `<tr data-group="${esc(g.group_id)}"><td><a href="#/group/${encodeURIComponent(g.group_id)}">${esc(g.group_id)}</a></td>
+      ${data.groups.map((g) => `<tr data-group="${esc(g.group_id)}" data-type="${esc(g.type)}"><td><a href="#/group/${encodeURIComponent(g.group_id)}">${esc(g.group_id)}</a></td>
+        <td><span class="kind kind-${esc(g.type)}">${esc(g.type)}</span></td>
         <td>${esc(g.state)}</td><td>${esc(g.protocol_type ?? "–")}</td><td class="num">${g.members}</td>${lagCell(g.lag)}</tr>`).join("")
-        || `<tr><td colspan="5" class="muted">no groups</td></tr>`}</tbody></table>`;
+        || `<tr><td colspan="6" class="muted">no groups</td></tr>`}</tbody></table>`;
     const pages = pager(state, data.total, () => refresh(area, current));
     const slot = view.querySelector(".pages");
     slot.innerHTML = pages.html;
@@ -249,26 +250,64 @@ function groupsView() {
   });
 }
 
+function assignmentText(assignment) {
+  return Object.entries(assignment || {}).map(([t, ps]) => `${esc(t)}: ${ps.join(", ")}`).join("; ") || "–";
+}
+
+function membersTable(g) {
+  const consumer = g.type === "consumer", share = g.type === "share";
+  const epochHead = consumer || share ? `<th class="num">member epoch</th>` : "";
+  const stateHead = consumer ? "<th>member state</th>" : "";
+  return `<h2>Members</h2><table id="members"><thead><tr><th>member</th><th>client</th><th>host</th>
+    ${epochHead}${stateHead}<th>assignment</th></tr></thead><tbody>
+    ${g.members.map((m) => `<tr data-member="${esc(m.member_id)}"><td>${esc(m.member_id)}</td><td>${esc(m.client_id)}</td>
+      <td>${esc(String(m.client_host || "").replace(/^\//, ""))}</td>
+      ${epochHead ? `<td class="num">${m.member_epoch}</td>` : ""}
+      ${stateHead ? `<td>${esc(m.member_state)}${Object.keys(m.revoking || {}).length ? ` (revoking ${assignmentText(m.revoking)})` : ""}</td>` : ""}
+      <td>${assignmentText(m.assignment)}</td></tr>`).join("")
+      || `<tr><td colspan="6" class="muted">no members</td></tr>`}</tbody></table>`;
+}
+
+function offsetsTable(g) {
+  return `<h2>Committed offsets</h2><table id="offsets"><thead><tr><th>topic</th><th class="num">partition</th>
+    <th class="num">committed</th><th class="num">end</th><th class="num">lag</th><th>member</th></tr></thead><tbody>
+    ${g.offsets.map((o) => `<tr><td>${esc(o.topic)}</td><td class="num">${o.partition}</td><td class="num">${o.committed ?? "–"}</td>
+      <td class="num">${o.end ?? "–"}</td>${lagCell(o.lag)}<td class="muted">${esc(o.member ?? "–")}</td></tr>`).join("")
+      || `<tr><td colspan="6" class="muted">no committed offsets</td></tr>`}</tbody></table>`;
+}
+
+function sharePartitionsTable(g) {
+  return `<h2>Share partitions</h2><p class="muted">Records before the start are done (acknowledged or
+    archived); those from the start to the end were handed out and some are still in flight; the lag counts
+    from the start to the partition's end (high watermark).</p>
+    <table id="share-partitions"><thead><tr><th>topic</th><th class="num">partition</th>
+    <th class="num">start</th><th class="num">end</th><th class="num">high watermark</th><th class="num">lag</th>
+    <th class="num">in flight</th><th class="num">acquired</th><th class="num">available again</th><th>members</th></tr></thead><tbody>
+    ${g.share_partitions.map((p) => `<tr><td>${esc(p.topic)}</td><td class="num">${p.partition}</td>
+      <td class="num">${p.start ?? "–"}</td><td class="num">${p.end ?? "–"}</td><td class="num">${p.high_watermark ?? "–"}</td>
+      ${lagCell(p.lag)}<td class="num">${p.in_flight}</td><td class="num">${p.acquired}</td><td class="num">${p.available}</td>
+      <td class="muted">${p.members.length}</td></tr>`).join("")
+      || `<tr><td colspan="10" class="muted">nothing read yet</td></tr>`}</tbody></table>`;
+}
+
 function groupView(group) {
   polled(`<h1>Group ${esc(group)}</h1><div class="area"></div>`, async (area, current) => {
     const g = await getJSON(`/api/groups/${encodeURIComponent(group)}`);
     if (!current()) return;
-    const total = g.offsets.reduce((sum, o) => sum + Math.max(0, o.lag ?? 0), 0);
-    const uncommitted = g.offsets.filter((o) => o.committed === null).length;
-    area.innerHTML = `<dl class="kv"><dt>state</dt><dd>${esc(g.state)}</dd>
-      <dt>protocol</dt><dd>${esc(g.protocol_type ?? "–")} / ${esc(g.protocol ?? "–")}</dd>
-      <dt>generation</dt><dd>${g.generation}</dd>
+    const share = g.type === "share";
+    const rows = share ? g.share_partitions : g.offsets;
+    const total = rows.reduce((sum, o) => sum + Math.max(0, o.lag ?? 0), 0);
+    const uncommitted = share ? 0 : g.offsets.filter((o) => o.committed === null).length;
+    const protocol = g.type === "consumer" ? `consumer group protocol, assignor ${esc(g.protocol)}`
+      : share ? "share group" : `${esc(g.protocol_type ?? "–")} / ${esc(g.protocol ?? "–")}`;
+    area.innerHTML = `<dl class="kv"><dt>type</dt><dd id="group-type"><span class="kind kind-${esc(g.type)}">${esc(g.type)}</span></dd>
+      <dt>state</dt><dd>${esc(g.state)}</dd>
+      <dt>protocol</dt><dd>${protocol}</dd>
+      <dt>${g.type === "classic" ? "generation" : "group epoch"}</dt><dd>${g.generation}${g.type === "consumer"
+        ? ` <span class="muted">(assignment epoch ${g.assignment_epoch})</span>` : ""}</dd>
       <dt>total lag</dt><dd><span id="group-lag" data-lag="${total}" class="${total === 0 ? "lag-zero" : "lag-some"}">${total}</span>
         ${uncommitted ? `<span class="muted">(${uncommitted} assigned partitions have no committed offset yet)</span>` : ""}</dd></dl>
-      <h2>Members</h2><table><thead><tr><th>member</th><th>client</th><th>host</th><th>assignment</th></tr></thead><tbody>
-      ${g.members.map((m) => `<tr><td>${esc(m.member_id)}</td><td>${esc(m.client_id)}</td><td>${esc(m.client_host.replace(/^\//, ""))}</td>
-        <td>${Object.entries(m.assignment).map(([t, ps]) => `${esc(t)}: ${ps.join(", ")}`).join("; ") || "–"}</td></tr>`).join("")
-        || `<tr><td colspan="4" class="muted">no members</td></tr>`}</tbody></table>
-      <h2>Committed offsets</h2><table id="offsets"><thead><tr><th>topic</th><th class="num">partition</th>
-      <th class="num">committed</th><th class="num">end</th><th class="num">lag</th><th>member</th></tr></thead><tbody>
-      ${g.offsets.map((o) => `<tr><td>${esc(o.topic)}</td><td class="num">${o.partition}</td><td class="num">${o.committed ?? "–"}</td>
-        <td class="num">${o.end}</td>${lagCell(o.lag)}<td class="muted">${esc(o.member ?? "–")}</td></tr>`).join("")
-        || `<tr><td colspan="6" class="muted">no committed offsets</td></tr>`}</tbody></table>`;
+      ${membersTable(g)}${share ? sharePartitionsTable(g) : offsetsTable(g)}`;
   });
 }
 

@@ -24,6 +24,13 @@ from harness.gateway import Gateway
 CHROMIUM = "/usr/bin/chromium"
 # a scaler that reacts in seconds (as in test_scaling.py); topics scale only by their policy
 FAST_SCALER = ("--scaling-window-s", "1.5", "--scaling-interval-s", "0.25")
+# consumer-protocol members settle in a second; share groups read from the start
+GROUP_ARGS = (
+    "--group-consumer-heartbeat-interval-ms",
+    "300",
+    "--share-auto-offset-reset",
+    "earliest",
+)
 pytestmark = pytest.mark.skipif(
     not os.access(CHROMIUM, os.X_OK), reason=f"no Chromium at {CHROMIUM} (Debian's chromium)"
 )
@@ -46,7 +53,11 @@ def _get(url: str) -> dict[str, Any]:
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     base = tmp_path_factory.mktemp("console")
     gw = Gateway(
-        base / "data", base / "server.log", FAST_SCALER, metrics=True, default_partitions=8
+        base / "data",
+        base / "server.log",
+        (*FAST_SCALER, *GROUP_ARGS),
+        metrics=True,
+        default_partitions=8,
     )
     gw.start_fresh()
     try:
@@ -186,6 +197,78 @@ def test_group_lag_falls_to_zero(gateway: Gateway, browser: Any, tmp_path: Path)
     finally:
         page.close()
         consumer.close()
+
+
+def test_groups_page_shows_consumer_and_share_groups(
+    gateway: Gateway, browser: Any, tmp_path: Path
+) -> None:
+    """A `group.protocol=consumer` member and a share consumer, both confluent-kafka: the
+    list tells their types, the consumer group's page its member, assignment and lag, the
+    share group's page its share-partition windows."""
+    from confluent_kafka import Consumer
+    from support.share import poll_records, share_consumer
+
+    topic = f"kinds-{uuid.uuid4().hex[:6]}"
+    consumer_group, share_group = f"cg-{uuid.uuid4().hex[:6]}", f"sg-{uuid.uuid4().hex[:6]}"
+    create_topic(gateway.bootstrap, topic, 2)
+    _produce(gateway.bootstrap, topic, 60)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": gateway.bootstrap,
+            "group.id": consumer_group,
+            "group.protocol": "consumer",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe([topic])
+    sharer = share_consumer(gateway.bootstrap, share_group, topic)
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    try:
+        read = 0
+        deadline = time.monotonic() + 30
+        while read < 60 and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                read += 1
+        assert read == 60
+        consumer.commit(asynchronous=False)
+        shared = poll_records(sharer, lambda r: len(r) >= 60, timeout=30)
+        assert len(shared) == 60
+        sharer.commit_sync(15)
+
+        page.goto(f"{gateway.admin_url}/#/groups")
+        for group, kind in ((consumer_group, "consumer"), (share_group, "share")):
+            page.wait_for_selector(f'#groups tr[data-group="{group}"][data-type="{kind}"]')
+        page.screenshot(path=str(tmp_path / "group-kinds.png"), full_page=True)
+
+        page.goto(f"{gateway.admin_url}/#/group/{consumer_group}")
+        page.wait_for_function(
+            "() => document.querySelector('#group-lag')?.dataset.lag === '0'"
+            " && document.querySelectorAll('#offsets tbody tr').length === 2",
+            timeout=20_000,
+        )
+        assert page.inner_text("#group-type") == "consumer"
+        member = page.inner_text("#members tbody tr")
+        assert f"{topic}: 0, 1" in member, member
+        page.screenshot(path=str(tmp_path / "consumer-group.png"), full_page=True)
+
+        page.goto(f"{gateway.admin_url}/#/group/{share_group}")
+        page.wait_for_selector("#share-partitions tbody tr td.num")
+        assert page.inner_text("#group-type") == "share"
+        described = _get(f"{gateway.admin_url}/api/groups/{share_group}")
+        windows = described["share_partitions"]
+        assert sorted(w["partition"] for w in windows) == [0, 1]
+        # everything acknowledged: each window closed up at the partition's end
+        assert all(w["start"] == w["end"] == w["high_watermark"] for w in windows), windows
+        assert sum(w["high_watermark"] for w in windows) == 60
+        assert all(w["in_flight"] == 0 and w["lag"] == 0 for w in windows), windows
+        assert len(described["members"]) == 1
+        page.screenshot(path=str(tmp_path / "share-group.png"), full_page=True)
+    finally:
+        page.close()
+        consumer.close()
+        sharer.close()
 
 
 @requires_postgres
