@@ -5,7 +5,8 @@
     GET /api/groups?offset=&limit=&q=   a page of groups (classic, consumer, share), total lag
     GET /api/groups/GROUP                members, assignments, committed offsets and lag, or
                                          a share group's share-partition windows
-    GET /api/nodes                       the cluster's live nodes and their open segments
+    GET /api/nodes                       the cluster's nodes: leases, open segments led
+    GET /api/nodes/events?limit=         recent segment moves and takeovers of this node
     GET /api/transactions                the transaction coordinator's transactional ids
 Every list is paged (limit at most MAX_PAGE) and holds only what the principal may
 DESCRIBE, so 1,000 topics cost one page of work per poll.
@@ -13,6 +14,7 @@ DESCRIBE, so 1,000 topics cost one page of work per poll.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ from admin.auth import AdminSecurity
 from admin.groups import describe_group, group_ids, summary
 from admin.history import ScaleHistory
 from core.acl.model import Operation, ResourceType
+from core.cluster.events import EVENTS, KEPT
 from core.cluster.view import CLUSTER
 from core.groups import GroupCoordinator
 from core.sharegroups.coordinator import ShareCoordinator
@@ -63,6 +66,7 @@ class Console:
             Route("/api/groups", self.group_list, methods=["GET"]),
             Route("/api/groups/{group}", self.group, methods=["GET"]),
             Route("/api/nodes", self.nodes, methods=["GET"]),
+            Route("/api/nodes/events", self.node_events, methods=["GET"]),
             Route("/api/transactions", self.transaction_list, methods=["GET"]),
         ]
 
@@ -156,21 +160,50 @@ class Console:
         counts = CLUSTER.open_segment_counts() if CLUSTER.enabled else {}
         led: dict[int, list[str]] = {}
         for topic, segments in sorted(CLUSTER.segment_nodes.items()):
+            stream = self.store.streams.get(topic)
+            # segment_nodes keeps sealed segments' last owners too: list only open ones
+            open_ids = {sid for _f, _l, sid in stream.owners()} if stream is not None else set()
             for segment_id, node in sorted(segments.items()):
-                led.setdefault(node, []).append(f"{topic}/{segment_id}")
-        nodes = [
-            {
-                "node_id": node_id,
-                "host": host,
-                "port": port,
-                "open_segments": counts.get(node_id),
-                "segments": led.get(node_id, [])[:MAX_LED],
-            }
-            for node_id, host, port in sorted(CLUSTER.brokers)
-        ]
+                if segment_id in open_ids:
+                    led.setdefault(node, []).append(f"{topic}/{segment_id}")
+        now = time.monotonic()
+        leases = {lease.node_id: lease for lease in CLUSTER.leases}
+        live = {node_id: (host, port) for node_id, host, port in CLUSTER.brokers}
+        nodes = []
+        for node_id in sorted(live.keys() | leases.keys()):
+            lease = leases.get(node_id)
+            address = live.get(node_id)
+            if address is None and lease is not None:
+                address = (lease.host, lease.port)
+            host, port = address or ("", 0)
+            nodes.append(
+                {
+                    "node_id": node_id,
+                    "host": host,
+                    "port": port,
+                    "live": node_id in live,
+                    "incarnation": lease.incarnation if lease else None,
+                    # counted down from the last sync's reading (negative: expired)
+                    "lease_expires_in_s": (
+                        round(lease.left_s - (now - lease.read_at), 2) if lease else None
+                    ),
+                    "open_segments": counts.get(node_id, 0) if node_id in live else None,
+                    "segments": led.get(node_id, [])[:MAX_LED] if node_id in live else [],
+                }
+            )
         return JSONResponse(
             {"cluster": CLUSTER.enabled, "this_node": CLUSTER.node_id, "nodes": nodes}
         )
+
+    async def node_events(self, request: Request) -> Response:
+        """This node's recent moves and takeovers, newest first (core/cluster/events.py)."""
+        await self.security.require(request, Operation.DESCRIBE)
+        try:
+            limit = min(KEPT, max(1, int(request.query_params.get("limit", "50"))))
+        except ValueError:
+            raise HTTPException(400, "limit must be an integer") from None
+        events = [event.as_json() for event in EVENTS.recent(limit)]
+        return JSONResponse({"this_node": CLUSTER.node_id, "events": events})
 
     async def transaction_list(self, request: Request) -> Response:
         """Transactional ids the principal may DESCRIBE, open ones (Ongoing, Prepare*) first."""

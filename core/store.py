@@ -388,7 +388,7 @@ class StreamStore:
         return result
 
     async def move(
-        self, name: str, segment_id: int, to_node: int, parts: int = 1
+        self, name: str, segment_id: int, to_node: int, parts: int = 1, cause: str = "requested"
     ) -> tuple[ScaleResult, MoveTimings]:
         """Several nodes: hand open segment `segment_id` over to node `to_node` (parts=1),
         or split it into `parts` successors, the last one on `to_node` and the others
@@ -409,7 +409,9 @@ class StreamStore:
         owners = [CLUSTER.node_id] * (len(ranges) - 1) + [to_node]
         if owners == [CLUSTER.node_id]:
             raise ScaleError(f"segment {segment_id} is on node {to_node} already")
-        return await hand_over(stream, pg, self.worker.call, [segment_id], ranges, owners)
+        return await hand_over(
+            stream, pg, self.worker.call, [segment_id], ranges, owners, cause=cause
+        )
 
     def _remove_orphan_directories(self) -> None:
         """Drop stream folders whose topic is gone (a crash in the middle of a delete)."""

@@ -313,17 +313,39 @@ function groupView(group) {
 
 // --- nodes -----------------------------------------------------------------------------
 
+function leaseText(n) {
+  if (n.lease_expires_in_s === null || n.lease_expires_in_s === undefined) return "–";
+  const left = n.lease_expires_in_s;
+  const when = left >= 0 ? `expires in ${left.toFixed(1)} s` : `expired ${(-left).toFixed(0)} s ago`;
+  return `${when} · incarnation ${n.incarnation}`;
+}
+
+function nodeName(id) { return id === null || id === undefined ? "another node" : `node ${id}`; }
+
 function nodesView() {
   polled(`<h1>Nodes</h1><div class="area"></div>`, async (area, current) => {
-    const data = await getJSON("/api/nodes");
+    const [data, recent] = await Promise.all([getJSON("/api/nodes"), getJSON("/api/nodes/events?limit=50")]);
     if (!current()) return;
-    area.innerHTML = data.cluster
-      ? `<table id="nodes"><thead><tr><th>node</th><th>address</th><th class="num">open segments</th>
-        <th>segments it leads (topic/segment)</th></tr></thead><tbody>
-        ${data.nodes.map((n) => `<tr data-node="${n.node_id}"><td>${n.node_id}${n.node_id === data.this_node ? " (this node)" : ""}</td>
-          <td>${esc(n.host)}:${n.port}</td><td class="num">${n.open_segments ?? 0}</td>
-          <td>${n.segments.map((s) => `<a href="#/topic/${encodeURIComponent(s.split("/")[0])}">${esc(s)}</a>`).join(", ") || "–"}</td></tr>`).join("")}</tbody></table>`
-      : `<p class="muted">A single node (no --metadata postgresql://…): every segment is led here.</p>`;
+    if (!data.cluster) {
+      area.innerHTML = `<p class="muted">A single node (no --metadata postgresql://…): every segment is led here.</p>`;
+      return;
+    }
+    const events = recent.events.map((e) => `<tr class="node-event" data-kind="${esc(e.kind)}" data-topic="${esc(e.topic)}">
+      <td>${clock(e.time_ms)}</td><td><span class="kind kind-${esc(e.kind)}">${esc(e.kind)}</span></td>
+      <td><a href="#/topic/${encodeURIComponent(e.topic)}">${esc(e.topic)}</a></td>
+      <td>${e.segments.join(", ")}${e.successors.length ? ` → ${e.successors.join(", ")}` : ""}</td>
+      <td>${esc(nodeName(e.from_node))} → ${e.to_nodes.map((n) => esc(nodeName(n))).join(", ")}</td>
+      <td class="num">${e.seconds === null ? "–" : seconds(e.seconds)}</td><td>${esc(e.cause)}</td></tr>`).join("");
+    area.innerHTML = `<table id="nodes"><thead><tr><th>node</th><th>address</th><th>lease</th><th class="num">open segments</th>
+      <th>segments it leads (topic/segment)</th></tr></thead><tbody>
+      ${data.nodes.map((n) => `<tr data-node="${n.node_id}" data-live="${n.live}" class="${n.live ? "" : "down"}">
+        <td>${n.node_id}${n.node_id === data.this_node ? " (this node)" : ""}${n.live ? "" : ` <span class="lag-some">down</span>`}</td>
+        <td>${esc(n.host)}:${n.port}</td><td class="lease">${leaseText(n)}</td><td class="num">${n.open_segments ?? "–"}</td>
+        <td>${n.segments.map((s) => `<a href="#/topic/${encodeURIComponent(s.split("/")[0])}">${esc(s)}</a>`).join(", ") || "–"}</td></tr>`).join("")}</tbody></table>
+      <h2>Recent moves and takeovers <span class="muted">(the ones node ${data.this_node} gave or received)</span></h2>
+      <table id="node-events"><thead><tr><th>time</th><th>kind</th><th>topic</th><th>segments</th><th>from → to</th>
+      <th class="num">took</th><th>cause</th></tr></thead><tbody>
+      ${events || `<tr><td colspan="7" class="muted">none since this node started</td></tr>`}</tbody></table>`;
   });
 }
 

@@ -13,8 +13,23 @@ from __future__ import annotations
 
 import bisect
 import zlib
+from dataclasses import dataclass
 
 Ranges = list[tuple[int, int, int]]  # (first partition, last partition, node), sorted
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A node's lease as the last sync read it: `left_s` seconds to go (by the database's
+    clock) at `read_at` (this process's time.monotonic())."""
+
+    node_id: int
+    host: str
+    port: int
+    incarnation: int
+    live: bool
+    left_s: float
+    read_at: float
 
 
 class ClusterView:
@@ -22,6 +37,8 @@ class ClusterView:
         self.enabled = False
         self.node_id = 1
         self.brokers: list[tuple[int, str, int]] = []  # live nodes: (id, host, port)
+        # every registered node, live or not, as of the last sync: the console's leases
+        self.leases: list[Lease] = []
         self.owners: dict[str, int] = {}  # topic -> a node owning open segments (legacy view)
         self.ranges: dict[str, Ranges] = {}  # topic -> open segments' (first, last, node)
         # topic -> segment id -> the node that owns (or last owned) it: `streams describe`

@@ -212,10 +212,10 @@ class PostgresMetadataStore(SqlMetadataStore):
     def nodes(self) -> list[NodeRecord]:
         with self.engine.read() as db:
             rows = db.all(
-                "SELECT node_id, host, port, incarnation, lease_expires > now() FROM nodes "
-                "ORDER BY node_id"
+                "SELECT node_id, host, port, incarnation, lease_expires > now(), "
+                "EXTRACT(EPOCH FROM lease_expires - now()) FROM nodes ORDER BY node_id"
             )
-        return [NodeRecord(*row) for row in rows]
+        return [NodeRecord(n, h, p, i, live, float(left)) for n, h, p, i, live, left in rows]
 
     def topic_owners(self) -> dict[str, int]:
         """topic -> the node owning its open segments (one per topic: see scale_segments)."""

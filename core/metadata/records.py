@@ -205,6 +205,7 @@ class NodeRecord:
     port: int
     incarnation: int
     live: bool
+    lease_left_s: float = 0.0  # until the lease expires by the database's clock (<0: past)
 
 
 @dataclass(frozen=True, slots=True)

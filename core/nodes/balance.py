@@ -54,7 +54,8 @@ def _a_segment_of(store: StreamStore, me: int) -> tuple[str, int] | None:
 
 async def rebalance(store: StreamStore, db: PostgresMetadataStore, call: Call, me: int) -> None:
     """One round: at most one segment moved off this node."""
-    to_node = choose_move(await call(db.node_loads), me)
+    loads = await call(db.node_loads)
+    to_node = choose_move(loads, me)
     if to_node is None:
         return
     found = _a_segment_of(store, me)
@@ -62,7 +63,8 @@ async def rebalance(store: StreamStore, db: PostgresMetadataStore, call: Call, m
         return
     name, segment_id = found
     started = time.monotonic()
-    await store.move(name, segment_id, to_node)
+    why = f"rebalancing: node {me} led {loads[me]} open segments, node {to_node} {loads[to_node]}"
+    await store.move(name, segment_id, to_node, cause=why)
     log.info(
         "topic %s: moved segment %d to node %d, which led fewer segments, in %.2f s",
         name,

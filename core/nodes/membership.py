@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from ..cluster.fencing import FENCE
-from ..cluster.view import CLUSTER
+from ..cluster.view import CLUSTER, Lease
 from ..failure_log import FailureLog
 from ..metadata import CommittedOffset
 from ..metadata.postgres import LeaseError, PostgresMetadataStore
@@ -131,6 +131,11 @@ class NodeMembership:
             else:
                 self.failures.succeeded("cluster sync")
                 CLUSTER.brokers = [(n.node_id, n.host, n.port) for n in nodes if n.live]
+                read_at = time.monotonic()
+                CLUSTER.leases = [
+                    Lease(n.node_id, n.host, n.port, n.incarnation, n.live, n.lease_left_s, read_at)
+                    for n in nodes
+                ]
                 CLUSTER.owners = owners
             await self._sync_segments(db, store)
             if self.offsets_sink is not None and cycle % 4 == 0:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from ..cluster.events import EVENTS, ClusterEvent
 from ..cluster.view import CLUSTER
 from ..segments.log import parse_log_file_name
 from ..stream.handover import load_partition
@@ -69,6 +70,18 @@ async def take_over_orphans(
         except Exception:
             log.exception("topic %s: taking over segment %d failed", row.topic, row.segment_id)
             continue
+        EVENTS.record(
+            ClusterEvent(
+                "takeover",
+                row.topic,
+                (row.segment_id,),
+                row.owner_node,
+                (me,),
+                f"the lease of node {row.owner_node} expired"
+                f" (partitions {row.first_partition}-{row.last_partition})",
+                seconds=round(time.monotonic() - started, 4),
+            )
+        )
         log.warning(
             "topic %s: took over segment %d (partitions %d-%d) of node %d, whose lease "
             "expired, in %.3f s",

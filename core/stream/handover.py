@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from ..api import ScaleResult
+from ..cluster.events import EVENTS, ClusterEvent
 from ..cluster.view import CLUSTER
 from ..metadata import SegmentRecord
 from ..partition import Partition
@@ -60,10 +61,12 @@ async def hand_over(
     new_ranges: Sequence[tuple[int, int]],
     owners: Sequence[int],
     timeout_s: float = 60.0,
+    cause: str = "requested",
 ) -> tuple[ScaleResult, MoveTimings]:
     """Seal this node's open segments `seal` and open successors owning `new_ranges`,
     the i-th owned by node `owners[i]` (this node included). `call` runs a blocking
-    metadata call off the event loop. ScaleError when refused (nothing changed)."""
+    metadata call off the event loop. ScaleError when refused (nothing changed). `cause`
+    is what the console's list of recent moves says."""
     started = time.monotonic()
     name, me = stream.name, CLUSTER.node_id
     if not CLUSTER.enabled:
@@ -128,6 +131,18 @@ async def hand_over(
         name, [(sid, f, last, owner_of.get(sid, me)) for f, last, sid in stream.owners()]
     )
     CLUSTER.touch(name)
+    EVENTS.record(
+        ClusterEvent(
+            "move",
+            name,
+            tuple(seal),
+            me,
+            tuple(owners),
+            cause,
+            tuple(s.segment_id for s in result.successors),
+            round(timings.committed_s, 4),
+        )
+    )
     log.info(
         "topic %s: segments %s handed over to %s as %s (tier 2 after %.3f s, commit %.3f s)",
         name,
@@ -247,6 +262,16 @@ async def _refresh(stream: Stream, db: PostgresMetadataStore, call: Call) -> Non
             if t.partition == index:
                 partition.restore_open_txn(t.producer_id, t.first_offset)
     if taken:
+        EVENTS.record(
+            ClusterEvent(
+                "received",
+                name,
+                tuple(r.segment_id for r in taken),
+                None,
+                (me,),
+                f"handed over by another node (partitions {min(partitions)}-{max(partitions)})",
+            )
+        )
         log.info(
             "topic %s: took over segments %s (partitions %d-%d)",
             name,

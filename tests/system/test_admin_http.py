@@ -344,6 +344,9 @@ def test_console_routes_are_paged(open_gateway: Gateway) -> None:
     assert _request(port, "GET", "/streams/nope/history")[0] == 404
     status, _, nodes = _request(port, "GET", "/api/nodes")
     assert status == 200 and nodes["cluster"] is False
+    status, _, events = _request(port, "GET", "/api/nodes/events?limit=5")
+    assert status == 200 and events["events"] == []
+    assert _request(port, "GET", "/api/nodes/events?limit=x")[0] == 400
     assert _request(port, "GET", "/api/groups/nope")[0] == 404
     status, headers, html = _request(port, "GET", "/")
     assert status == 200 and "console.js" in html
@@ -361,6 +364,7 @@ def test_console_needs_credentials_too(secured: tuple[Gateway, str, str]) -> Non
     assert status == 200 and [t["topic"] for t in page["topics"]] == [topic]
     assert _request(port, "GET", f"/streams/{topic}/history", user="mallory")[0] == 403
     assert _request(port, "GET", "/api/nodes", user="alice")[0] == 403
+    assert _request(port, "GET", "/api/nodes/events", user="alice")[0] == 403
     assert _request(port, "GET", "/", user="alice")[0] == 200
 
 

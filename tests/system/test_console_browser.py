@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -277,6 +278,8 @@ def test_nodes_page_shows_three_nodes(
     pg_url: str,  # noqa: F811
     browser: Any,
 ) -> None:
+    """Three nodes with their leases; a move through POST /streams/TOPIC/move shows as a
+    move on the giving node and as received on the taking one; a stopped node shows down."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     nodes = [
@@ -305,9 +308,59 @@ def test_nodes_page_shows_three_nodes(
                 "#nodes tr[data-node]", "els => els.map(e => Number(e.dataset.node))"
             )
             assert shown == [1, 2, 3]
+            listed = _get(f"{nodes[0].admin_url}/api/nodes")["nodes"]
+            assert all(n["live"] and n["incarnation"] >= 1 for n in listed), listed
+            assert all(0 < n["lease_expires_in_s"] <= 3.5 for n in listed), listed
+            assert "expires in" in page.inner_text("#nodes tr[data-node='2'] td.lease")
+
+            segment, giver = _open_segment_and_owner(nodes[0].admin_url, topic)
+            taker = 1 + giver % 3
+            moved = _post(
+                f"{nodes[giver - 1].admin_url}/streams/{topic}/move",
+                {"segment": segment, "to_node": taker},
+            )
+            given = _get(f"{nodes[giver - 1].admin_url}/api/nodes/events")["events"]
+            assert given[0]["kind"] == "move" and given[0]["topic"] == topic, given
+            assert given[0]["segments"] == [segment] and given[0]["to_nodes"] == [taker]
+            assert given[0]["successors"] == [s["segment_id"] for s in moved["successors"]]
+            assert given[0]["from_node"] == giver and given[0]["cause"] == "requested"
+            deadline = time.monotonic() + 15
+            received: list[dict[str, Any]] = []
+            while not received and time.monotonic() < deadline:
+                events = _get(f"{nodes[taker - 1].admin_url}/api/nodes/events")["events"]
+                received = [e for e in events if e["kind"] == "received" and e["topic"] == topic]
+                time.sleep(0.2)
+            assert received and received[0]["segments"] == given[0]["successors"], received
+
+            page.goto(f"{nodes[giver - 1].admin_url}/#/nodes")
+            page.wait_for_selector(f'#node-events tr[data-kind="move"][data-topic="{topic}"]')
+            led = {
+                n["node_id"]: n["segments"]
+                for n in _get(f"{nodes[0].admin_url}/api/nodes")["nodes"]
+            }
+            assert f"{topic}/{segment}" not in led[giver], led  # sealed: led by nobody now
+            nodes[2].stop()
+            page.wait_for_selector("#nodes tr[data-node='3'][data-live='false']", timeout=20_000)
             page.screenshot(path=str(tmp_path / "nodes.png"), full_page=True)
         finally:
             page.close()
+
+
+def _open_segment_and_owner(admin_url: str, topic: str) -> tuple[int, int]:
+    """An open segment of `topic` and its node, once node 1 has synced the topic."""
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            described = _get(f"{admin_url}/streams/{topic}")
+            return next(
+                (s["segment_id"], s["node"])
+                for s in described["segments"]
+                if s["state"] == "open" and s["node"] is not None
+            )
+        except (urllib.error.HTTPError, StopIteration):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def test_gateway_page_shows_open_transaction(

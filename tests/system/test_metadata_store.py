@@ -593,6 +593,7 @@ def test_node_lease_is_compare_and_set_and_fences_a_stale_incarnation(pg: Any) -
     assert not db.renew_lease(1, first, 5)  # the stale incarnation stays fenced out
     assert db.renew_lease(1, second, 5)
     assert [(n.node_id, n.live) for n in db.nodes()] == [(1, True)]
+    assert 0 < db.nodes()[0].lease_left_s <= 5
     assert db.node_loads() == {1: 1}
     assert db.topic_owners() == {"t": 1}
     assert [(s.topic, s.segment_id, s.owner_node) for s in db.open_segments()] == [("t", 0, 1)]
