@@ -8,6 +8,7 @@
     GET /api/nodes                       the cluster's nodes: leases, open segments led
     GET /api/nodes/events?limit=         recent segment moves and takeovers of this node
     GET /api/transactions                the transaction coordinator's transactional ids
+    GET /api/bridges                     the MQTT bridges' counters (--console-bridge-metrics)
 Every list is paged (limit at most MAX_PAGE) and holds only what the principal may
 DESCRIBE, so 1,000 topics cost one page of work per poll.
 """
@@ -15,6 +16,7 @@ DESCRIBE, so 1,000 topics cost one page of work per poll.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,7 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from admin.auth import AdminSecurity
+from admin.bridge import BridgeScraper
 from admin.groups import describe_group, group_ids, summary
 from admin.history import ScaleHistory
 from core.acl.model import Operation, ResourceType
@@ -49,10 +52,12 @@ class Console:
         security: AdminSecurity,
         transactions: TransactionCoordinator | None = None,
         shares: ShareCoordinator | None = None,
+        bridge_metrics: Sequence[str] = (),
     ) -> None:
         self.store = store
         self.groups = groups
         self.shares = shares
+        self.bridges = BridgeScraper(bridge_metrics)
         self.transactions = transactions
         self.security = security
         self.history = ScaleHistory(store)
@@ -68,6 +73,7 @@ class Console:
             Route("/api/nodes", self.nodes, methods=["GET"]),
             Route("/api/nodes/events", self.node_events, methods=["GET"]),
             Route("/api/transactions", self.transaction_list, methods=["GET"]),
+            Route("/api/bridges", self.bridge_list, methods=["GET"]),
         ]
 
     async def index(self, request: Request) -> Response:
@@ -204,6 +210,10 @@ class Console:
             raise HTTPException(400, "limit must be an integer") from None
         events = [event.as_json() for event in EVENTS.recent(limit)]
         return JSONResponse({"this_node": CLUSTER.node_id, "events": events})
+
+    async def bridge_list(self, request: Request) -> Response:
+        await self.security.require(request, Operation.DESCRIBE)
+        return JSONResponse({"bridges": await self.bridges.describe()})
 
     async def transaction_list(self, request: Request) -> Response:
         """Transactional ids the principal may DESCRIBE, open ones (Ongoing, Prepare*) first."""

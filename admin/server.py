@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import logging
 import ssl
+from collections.abc import Sequence
 
 import trio
 from hypercorn.config import Config
@@ -34,11 +35,12 @@ class AdminServer:
         groups: GroupCoordinator | None = None,
         transactions: TransactionCoordinator | None = None,
         shares: ShareCoordinator | None = None,
+        bridge_metrics: Sequence[str] = (),
     ) -> None:
         self.store = store
         self.security = security or AdminSecurity()
         self.api = AdminApi(store, store_registry(store, groups), self.security)
-        self.console = Console(store, groups, self.security, transactions, shares)
+        self.console = Console(store, groups, self.security, transactions, shares, bridge_metrics)
         self.app = build_app(self.api.routes() + self.console.routes())
 
     async def serve(

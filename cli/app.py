@@ -60,6 +60,7 @@ class Settings:
     metrics_listen: tuple[str, int] | None = None  # admin/metrics HTTP endpoint, off if None
     admin_insecure: bool = False  # allow the admin endpoint off loopback without SASL users
     admin_tls: ssl.SSLContext | None = None  # HTTPS on the admin endpoint (--admin-tls)
+    console_bridge_metrics: tuple[str, ...] = ()  # MQTT bridges' /metrics URLs, for the console
     scaling_window_s: float = 60.0
     scaling_interval_s: float = 5.0
     tier2_url: str | None = None
@@ -144,7 +145,9 @@ async def serve(settings: Settings) -> None:
                     if settings.metrics_listen is not None:
                         host, metrics_port = settings.metrics_listen
                         security = AdminSecurity(credentials, _uses_sasl(settings), authorizer)
-                        admin = AdminServer(store, security, groups, txns, shares)
+                        admin = AdminServer(
+                            store, security, groups, txns, shares, settings.console_bridge_metrics
+                        )
                         _, bound_port = await server_nursery.start(
                             admin.serve, host, metrics_port, settings.admin_tls
                         )

@@ -39,6 +39,15 @@ def _host_port(value: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
+def _bridge_url(value: str) -> str:
+    from admin.bridge import check_url
+
+    try:
+        return check_url(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _bool(value: str) -> bool:
     lowered = value.lower()
     if lowered in ("1", "true", "yes", "on"):
@@ -158,6 +167,16 @@ def register(commands: argparse._SubParsersAction) -> None:
         default=_host_port(metrics) if metrics else None,
         help="serve Prometheus /metrics and the /streams admin API over HTTP on HOST:PORT "
         "(STREAMGATE_METRICS_LISTEN; off by default)",
+    )
+    serve_cmd.add_argument(
+        "--console-bridge-metrics",
+        type=_bridge_url,
+        action="append",
+        metavar="URL",
+        default=[_bridge_url(u) for u in (_env("CONSOLE_BRIDGE_METRICS") or "").split(",") if u],
+        help="an MQTT bridge's Prometheus URL (its --metrics-listen, e.g. "
+        "http://127.0.0.1:9101/metrics): the console shows its counters; repeat for several "
+        "bridges (STREAMGATE_CONSOLE_BRIDGE_METRICS, comma-separated)",
     )
     serve_cmd.add_argument(
         "--admin-insecure",
@@ -466,6 +485,7 @@ def run(args: argparse.Namespace) -> int:
         group_consumer_heartbeat_interval_ms=args.group_consumer_heartbeat_interval_ms,
         metrics_listen=args.metrics_listen,
         admin_insecure=args.admin_insecure,
+        console_bridge_metrics=tuple(args.console_bridge_metrics),
         admin_tls=admin_tls,
         scaling_window_s=args.scaling_window_s,
         # Default: evaluate a dozen times per window, at most every 5 s.

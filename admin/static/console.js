@@ -352,9 +352,9 @@ function nodesView() {
 // --- tiers, compaction, transactions ----------------------------------------------------
 
 function gatewayView() {
-  polled(`<h1>Tiers, compaction, transactions</h1><div class="area"></div>`, async (area, current) => {
-    const [tier, compaction, txns] = await Promise.all([
-      getJSON("/tier"), getJSON("/compaction"), getJSON("/api/transactions?limit=100")]);
+  polled(`<h1>Tiers, compaction, transactions, bridges</h1><div class="area"></div>`, async (area, current) => {
+    const [tier, compaction, txns, bridges] = await Promise.all([
+      getJSON("/tier"), getJSON("/compaction"), getJSON("/api/transactions?limit=100"), getJSON("/api/bridges")]);
     if (!current()) return;
     const compacted = Object.entries(compaction.topics || {}).flatMap(([topic, parts]) =>
       Object.entries(parts).map(([p, st]) => `<tr><td>${esc(topic)}</td><td class="num">${p}</td>
@@ -378,8 +378,40 @@ function gatewayView() {
       ${txns.transactions.map((t) => `<tr data-open="${t.open}"><td>${esc(t.transactional_id)}</td><td>${esc(t.state)}</td>
         <td class="num">${t.producer_id}</td><td class="num">${t.epoch}</td>
         <td>${t.open && t.start_ms > 0 ? clock(t.start_ms) : "–"}</td><td>${esc(t.partitions.join(", ")) || "–"}</td></tr>`).join("")
-        || `<tr><td colspan="6" class="muted">no transactional producers</td></tr>`}</tbody></table>`;
+        || `<tr><td colspan="6" class="muted">no transactional producers</td></tr>`}</tbody></table>
+      <h2>MQTT bridges</h2>${bridgesPart(bridges.bridges)}`;
   });
+}
+
+// the bridge's counters, in the order a reader follows a message
+const BRIDGE_COUNTERS = [
+  ["received", "MQTT messages received"], ["forwarded", "records acknowledged by streamgate"],
+  ["spooled", "written to the disk spool"], ["errors", "refused by streamgate"],
+  ["dropped_qos0", "QoS 0 dropped while saturated"], ["unmapped", "matching no map"],
+  ["reverse_published", "published to MQTT (reverse)"], ["mqtt_acks", "acknowledgements to the broker"],
+  ["mqtt_connects", "MQTT connections"], ["mqtt_disconnects", "MQTT connections lost"]];
+
+function bridgesPart(list) {
+  if (!list.length) {
+    return `<p class="muted">None configured: start the gateway with --console-bridge-metrics URL
+      (the bridge's --metrics-listen, e.g. http://127.0.0.1:9101/metrics) to see a bridge here.</p>`;
+  }
+  return list.map((b) => {
+    const g = b.gauges, c = b.counters;
+    const head = `<dt>metrics</dt><dd>${esc(b.url)}</dd>`;
+    if (!b.up) {
+      return `<dl class="kv bridge" data-up="false">${head}<dt>state</dt><dd class="lag-some">not answering: ${esc(b.error)}</dd></dl>`;
+    }
+    return `<dl class="kv bridge" data-up="true">${head}
+      <dt>MQTT</dt><dd>${g.mqtt_connected ? "connected" : `<span class="lag-some">disconnected</span>`}</dd>
+      <dt>mode</dt><dd>${g.spooling ? `<span class="lag-some">spooling</span>` : "direct"}</dd>
+      <dt>lag</dt><dd><span class="bridge-lag ${g.lag ? "lag-some" : "lag-zero"}">${g.lag ?? "–"}</span>
+        <span class="muted">records received and not yet in streamgate; ${g.inflight ?? 0} in flight,
+        ${g.spool_records ?? 0} in the spool (${bytes(g.spool_bytes)})</span></dd></dl>
+      <table class="bridge-counters"><thead><tr><th>counter</th><th class="num">since the bridge started</th></tr></thead><tbody>
+      ${BRIDGE_COUNTERS.filter(([name]) => name in c).map(([name, text]) => `<tr data-counter="${name}"><td>${esc(text)}</td>
+        <td class="num">${c[name]}</td></tr>`).join("")}</tbody></table>`;
+  }).join("");
 }
 
 window.addEventListener("hashchange", route);

@@ -386,3 +386,65 @@ def test_gateway_page_shows_open_transaction(
         page.wait_for_selector(f'#transactions tr[data-open="false"]:has-text("{txn_id}")')
     finally:
         page.close()
+
+
+def test_gateway_page_shows_mqtt_bridge_counters(browser: Any, tmp_path: Path) -> None:
+    """A real bridge (mosquitto, paho devices) whose /metrics the gateway is told about:
+    the console shows its counters, and a bridge that stops answering shows down."""
+    from support.bridge import Fleet, wait_metric
+
+    from harness.bridge import MqttBridge
+    from harness.mosquitto import Mosquitto, unavailable_reason
+
+    if unavailable_reason():
+        pytest.skip(unavailable_reason() or "")
+    broker = Mosquitto(tmp_path / "mosquitto")
+    broker.start()
+    topic = f"mqtt-{uuid.uuid4().hex[:6]}"
+    bridge = MqttBridge(tmp_path, [])  # its metrics port is known before it starts
+    metrics_url = f"http://127.0.0.1:{bridge.metrics_port}/metrics"
+    gw = Gateway(
+        tmp_path / "data",
+        tmp_path / "server.log",
+        ["--console-bridge-metrics", metrics_url],
+        metrics=True,
+        default_partitions=2,
+    )
+    fleet = None
+    try:
+        gw.start_fresh()
+        bridge.args = [
+            *("--mqtt", broker.url, "--gateway", gw.bootstrap),
+            *("--map", f"plant/+/sensors/#={topic}", "--key-level", "2"),
+            *("--client-id", f"bridge-{uuid.uuid4().hex[:8]}"),
+            *("--spool-dir", str(tmp_path / "spool")),
+        ]
+        bridge.start(timeout=30)
+        fleet = Fleet(broker, devices=5)
+        sent = fleet.publish_round(per_device=4)
+        wait_metric(bridge, "forwarded", lambda v: v >= sent, timeout=30)
+
+        answer = _get(f"{gw.admin_url}/api/bridges")["bridges"]
+        assert len(answer) == 1 and answer[0]["up"], answer
+        assert answer[0]["counters"]["received"] >= sent
+        assert answer[0]["counters"]["forwarded"] >= sent
+        assert answer[0]["gauges"]["mqtt_connected"] == 1
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        try:
+            page.goto(f"{gw.admin_url}/#/gateway")
+            row = '.bridge-counters tr[data-counter="forwarded"] td.num'
+            page.wait_for_selector(row)
+            assert int(page.inner_text(row)) >= sent
+            page.screenshot(path=str(tmp_path / "bridge.png"), full_page=True)
+            bridge.stop()
+            page.wait_for_selector('dl.bridge[data-up="false"]', timeout=20_000)
+            assert "not answering" in page.inner_text('dl.bridge[data-up="false"]')
+            page.screenshot(path=str(tmp_path / "bridge-down.png"), full_page=True)
+        finally:
+            page.close()
+    finally:
+        if fleet is not None:
+            fleet.close()
+        bridge.close()
+        gw.close()
+        broker.close()
