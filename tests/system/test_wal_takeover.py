@@ -9,14 +9,17 @@ race goes (the node back first, or a live node taking over first)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import signal
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -25,7 +28,7 @@ from support.crash import check_exactly_once, read_from_start
 from support.nodes import requires_postgres
 from test_wal_object import _Load
 
-from harness.nodes_cluster import NodesCluster
+from harness.nodes_cluster import NodesCluster, consecutive_free_ports
 
 pytestmark = requires_postgres
 PARTITIONS = 3
@@ -33,11 +36,14 @@ PARTITIONS = 3
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[NodesCluster]:
+    admin_base = consecutive_free_ports(3)  # node i's admin listener: admin_base + i - 1
     nodes = NodesCluster(
         tmp_path / "nodes",
         3,
-        ["--node-lease-s", "1", "--wal", "object", "--wal-flush-ms", "20"],
+        ["--node-lease-s", "1", "--wal", "object", "--wal-flush-ms", "20"]
+        + ["--metrics-listen", f"127.0.0.1:{admin_base}"],
     )
+    nodes.admin_base = admin_base  # type: ignore[attr-defined]
     nodes.start()
     try:
         yield nodes
@@ -48,6 +54,14 @@ def cluster(tmp_path: Path) -> Iterator[NodesCluster]:
 def _leaders(bootstrap: str, topic: str) -> dict[int, int]:
     meta = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
     return {p: m.leader for p, m in meta.topics[topic].partitions.items()}
+
+
+def _events(cluster: NodesCluster, node: int, kind: str, topic: str) -> list[dict[str, Any]]:
+    """Node `node`'s recent moves and takeovers of `topic` (the console's route)."""
+    port = cluster.admin_base + node - 1  # type: ignore[attr-defined]
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/nodes/events", timeout=10) as r:
+        events: list[dict[str, Any]] = json.load(r)["events"]
+    return [e for e in events if e["kind"] == kind and e["topic"] == topic]
 
 
 def test_a_frozen_node_is_taken_over_and_fenced(cluster: NodesCluster) -> None:
@@ -71,6 +85,9 @@ def test_a_frozen_node_is_taken_over_and_fenced(cluster: NodesCluster) -> None:
     acked_before = load.acked_in(lost)
     try:
         wait_until(lambda: re.search(rb"took over segment", cluster.log_since_start()), 30)
+        taken = [e for n in (2, 3) for e in _events(cluster, n, "takeover", topic)]
+        assert len(taken) == 1 and taken[0]["from_node"] == 1, taken
+        assert "lease of node 1 expired" in taken[0]["cause"]
         wait_until(lambda: _leaders(b2, topic)[lost] in (2, 3), 10)
         # produce to the frozen node's partition is acknowledged again by another node
         wait_until(lambda: load.acked_in(lost) > acked_before + 50, 60)
@@ -82,6 +99,9 @@ def test_a_frozen_node_is_taken_over_and_fenced(cluster: NodesCluster) -> None:
     # the node that took two segments hands one back to node 1, under load
     wait_until(lambda: 1 in _leaders(b2, topic).values(), 40)
     wait_until(lambda: re.search(rb"moved segment \d+ to node 1", cluster.log_since_start()), 10)
+    handed = [e for n in (2, 3) for e in _events(cluster, n, "move", topic)]
+    assert len(handed) == 1 and handed[0]["to_nodes"] == [1], handed
+    assert handed[0]["cause"].startswith("rebalancing: "), handed
     time.sleep(1.0)
     load.finish()
     check_exactly_once(read_from_start(b2, topic, PARTITIONS), load.acked, load.sent)
