@@ -39,11 +39,13 @@ def _host_port(value: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
-def _bridge_url(value: str) -> str:
+def _bridge_urls(value: str) -> str:
+    """Comma-separated URLs, each checked; kept as one string so that `--nodes N` passes
+    the flag on to every node as given."""
     from admin.bridge import check_url
 
     try:
-        return check_url(value)
+        return ",".join(check_url(u.strip()) for u in value.split(",") if u.strip())
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -170,13 +172,12 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     serve_cmd.add_argument(
         "--console-bridge-metrics",
-        type=_bridge_url,
-        action="append",
-        metavar="URL",
-        default=[_bridge_url(u) for u in (_env("CONSOLE_BRIDGE_METRICS") or "").split(",") if u],
-        help="an MQTT bridge's Prometheus URL (its --metrics-listen, e.g. "
-        "http://127.0.0.1:9101/metrics): the console shows its counters; repeat for several "
-        "bridges (STREAMGATE_CONSOLE_BRIDGE_METRICS, comma-separated)",
+        type=_bridge_urls,
+        metavar="URL[,URL...]",
+        default=_env("CONSOLE_BRIDGE_METRICS", ""),
+        help="MQTT bridges' Prometheus URLs (their --metrics-listen, e.g. "
+        "http://127.0.0.1:9101/metrics), comma-separated: the console shows their counters "
+        "(STREAMGATE_CONSOLE_BRIDGE_METRICS)",
     )
     serve_cmd.add_argument(
         "--admin-insecure",
@@ -485,7 +486,9 @@ def run(args: argparse.Namespace) -> int:
         group_consumer_heartbeat_interval_ms=args.group_consumer_heartbeat_interval_ms,
         metrics_listen=args.metrics_listen,
         admin_insecure=args.admin_insecure,
-        console_bridge_metrics=tuple(args.console_bridge_metrics),
+        console_bridge_metrics=tuple(
+            u for u in _bridge_urls(args.console_bridge_metrics).split(",") if u
+        ),
         admin_tls=admin_tls,
         scaling_window_s=args.scaling_window_s,
         # Default: evaluate a dozen times per window, at most every 5 s.
