@@ -42,7 +42,7 @@ def resolve_topics(opts: ReadOptions) -> list[str]:
     if opts.metadata:
         names = list_topics_from(opts.metadata)
     else:
-        names = list_topics(opts.admin, opts.timeout_s)
+        names = list_topics(opts.admin, opts.timeout_s, opts.access)
     return sorted(t for t in names if pattern.fullmatch(t))
 
 
@@ -50,7 +50,7 @@ def load_map(opts: ReadOptions, topic: str) -> TopicMap:
     """The chunk map from the gateway, or with `metadata` from the metadata store."""
     if opts.metadata:
         return chunk_map_from(opts.metadata, topic)
-    return fetch_chunk_map(opts.admin, topic, opts.timeout_s)
+    return fetch_chunk_map(opts.admin, topic, opts.timeout_s, opts.access)
 
 
 def latest(p: PartitionMap, opts: ReadOptions) -> int:
@@ -71,7 +71,9 @@ def _by_time(m: TopicMap, opts: ReadOptions, timestamp: int | None) -> dict[int,
     if timestamp is None:
         return None
     indexes = [p.partition for p in m.partitions]
-    return offsets_for_timestamp(opts.gateway, m.topic, indexes, timestamp, opts.timeout_s)
+    return offsets_for_timestamp(
+        opts.gateway, m.topic, indexes, timestamp, opts.timeout_s, opts.access
+    )
 
 
 def start_offsets(m: TopicMap, opts: ReadOptions, default: int = EARLIEST) -> dict[int, int]:

@@ -72,6 +72,8 @@ def test_offsets_json_and_read_committed() -> None:
         ({**BASE, "startingOffsets": "{bad"}, "startingOffsets"),
         ({**BASE, "maxRecordsPerTrigger": "0"}, "maxRecordsPerTrigger"),
         ({**BASE, "startingTimestamp": "1", "startingOffsets": "earliest"}, "exclude"),
+        ({**BASE, "user": "alice"}, "'user' and 'password' go together"),
+        ({**BASE, "gatewayTls": "maybe"}, "gatewayTls"),
     ],
 )
 def test_bad_options_name_the_option(options: dict[str, str], named: str) -> None:
@@ -115,3 +117,12 @@ def test_metadata_option_replaces_admin(tmp_path: Path) -> None:
     assert opts.admin == "" and opts.metadata
     with pytest.raises(StreamgateSourceError, match="option 'metadata': no metadata file"):
         chunk_map_from(str(tmp_path / "m.db"), "t")
+
+
+def test_credentials_and_https() -> None:
+    opts = parse_options({**BASE, "admin": "https://h:8", "user": "alice", "password": "pw"})
+    assert opts.admin == "h:8" and opts.access.admin_https
+    assert opts.access.admin_url(opts.admin, "/streams") == "https://h:8/streams"
+    assert opts.access.admin_headers() == {"Authorization": "Basic YWxpY2U6cHc="}
+    assert "pw" not in repr(opts)  # plans and logs never show the password
+    assert parse_options(BASE).access.admin_headers() == {}

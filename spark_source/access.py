@@ -1,0 +1,96 @@
+"""How the source proves who it is to a gateway with SASL users: HTTP Basic (over HTTP or
+HTTPS) on every admin request, SASL/PLAIN (over plain TCP or TLS) on the Kafka connection
+that reads the tail and offsets by timestamp.
+
+The gateway checks both against the same stored credentials, so one user and password
+serve both. SCRAM is not spoken here: PLAIN is enough where the connection is TLS or
+loopback, and the gateway enables it unless `--sasl-enabled-mechanisms` leaves it out.
+"""
+
+from __future__ import annotations
+
+import base64
+import ssl
+from dataclasses import dataclass
+
+from kafkaclient.client import KafkaClient, KafkaClientError
+from kafkawire.apis import ApiKey
+
+from .errors import StreamgateSourceError
+
+_HANDSHAKE_V = 1
+_AUTHENTICATE_V = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Access:
+    user: str | None = None
+    password: str | None = None
+    admin_https: bool = False  # the admin listener runs HTTPS (`--admin-tls`)
+    gateway_tls: bool = False  # the Kafka listener is SSL or SASL_SSL
+    ca_file: str | None = None  # trusted for both; None: the system's CAs
+
+    def __repr__(self) -> str:  # never show the password in a plan or a log
+        return f"Access(user={self.user!r}, https={self.admin_https}, tls={self.gateway_tls})"
+
+    def ssl_context(self) -> ssl.SSLContext:
+        try:
+            return ssl.create_default_context(cafile=self.ca_file)
+        except (OSError, ssl.SSLError) as exc:
+            raise StreamgateSourceError(
+                f"option 'sslCaFile': cannot load {self.ca_file!r}: {exc}"
+            ) from None
+
+    def admin_url(self, admin: str, path: str) -> str:
+        return f"{'https' if self.admin_https else 'http'}://{admin}{path}"
+
+    def admin_headers(self) -> dict[str, str]:
+        if self.user is None:
+            return {}
+        token = base64.b64encode(f"{self.user}:{self.password or ''}".encode()).decode()
+        return {"Authorization": f"Basic {token}"}
+
+    def kafka_client(self, gateway: str, timeout_s: float) -> KafkaClient:
+        """A connection to the gateway's Kafka listener, logged in with SASL/PLAIN when a
+        user is given; StreamgateSourceError naming the option that is wrong."""
+        context = self.ssl_context() if self.gateway_tls else None
+        try:
+            client = KafkaClient(
+                gateway, timeout=timeout_s, client_id="streamgate-spark", ssl_context=context
+            )
+        except KafkaClientError as exc:
+            raise StreamgateSourceError(
+                f"cannot reach the gateway (option 'gateway'): {exc}"
+            ) from None
+        if self.user is None:
+            return client
+        try:
+            self._login(client, gateway)
+        except BaseException:
+            client.close()
+            raise
+        return client
+
+    def _login(self, client: KafkaClient, gateway: str) -> None:
+        try:
+            shake = client.request(ApiKey.SASL_HANDSHAKE, _HANDSHAKE_V, {"mechanism": "PLAIN"})
+            if shake.error_code:
+                raise StreamgateSourceError(
+                    f"the gateway {gateway} does not offer SASL/PLAIN (it offers "
+                    f"{', '.join(shake.mechanisms) or 'none'}); this source logs in only with "
+                    "PLAIN (options 'user' and 'password')"
+                )
+            token = b"\0" + (self.user or "").encode() + b"\0" + (self.password or "").encode()
+            answer = client.request(
+                ApiKey.SASL_AUTHENTICATE, _AUTHENTICATE_V, {"auth_bytes": token}
+            )
+        except KafkaClientError as exc:
+            raise StreamgateSourceError(
+                f"SASL login at the gateway {gateway} failed (options 'gateway', 'user', "
+                f"'gatewayTls'): {exc}"
+            ) from None
+        if answer.error_code:
+            raise StreamgateSourceError(
+                f"the gateway {gateway} refused the login of {self.user!r} (options 'user' "
+                f"and 'password'): {answer.error_message or answer.error_code}"
+            )
