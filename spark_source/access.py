@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import ssl
+import time
 from dataclasses import dataclass
 
 from kafkaclient.client import KafkaClient, KafkaClientError
@@ -52,16 +53,22 @@ class Access:
 
     def kafka_client(self, gateway: str, timeout_s: float) -> KafkaClient:
         """A connection to the gateway's Kafka listener, logged in with SASL/PLAIN when a
-        user is given; StreamgateSourceError naming the option that is wrong."""
+        user is given; StreamgateSourceError naming the option that is wrong. A gateway
+        that refuses connections (restarting) is tried again for up to `timeout_s`."""
         context = self.ssl_context() if self.gateway_tls else None
-        try:
-            client = KafkaClient(
-                gateway, timeout=timeout_s, client_id="streamgate-spark", ssl_context=context
-            )
-        except KafkaClientError as exc:
-            raise StreamgateSourceError(
-                f"cannot reach the gateway (option 'gateway'): {exc}"
-            ) from None
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                client = KafkaClient(
+                    gateway, timeout=timeout_s, client_id="streamgate-spark", ssl_context=context
+                )
+                break
+            except KafkaClientError as exc:
+                if time.monotonic() > deadline:
+                    raise StreamgateSourceError(
+                        f"cannot reach the gateway (option 'gateway'): {exc}"
+                    ) from None
+                time.sleep(0.5)
         if self.user is None:
             return client
         try:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .access import Access
-from .errors import StreamgateSourceError
+from .errors import StreamgateSourceError, UnreachableError
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +76,7 @@ def _get(admin: str, path: str, timeout_s: float, access: Access) -> Any:
         ) from None
     except (urllib.error.URLError, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
-        raise StreamgateSourceError(
+        raise UnreachableError(
             f"cannot reach the gateway's admin listener at {admin} (option 'admin'): {reason}"
         ) from None
 
