@@ -79,6 +79,7 @@ def fetch_range(
     read_committed: bool,
     timeout_s: float,
     access: Access,
+    fail_on_data_loss: bool = True,
 ) -> Iterator[bytes]:
     """The stored record batches of offsets [start, end) (whole batches: the first and the
     last may reach beyond). Raises StreamgateSourceError rather than wait past `timeout_s`
@@ -120,11 +121,15 @@ def fetch_range(
                         f"Fetch of {topic} partition {partition}: Kafka error {response.error_code}"
                     )
                 data = response.responses[0].partitions[0]
+                lost = data.error_code == _OFFSET_OUT_OF_RANGE and data.log_start_offset > offset
+                if lost and not fail_on_data_loss:  # deleted since planned: skipped
+                    offset = data.log_start_offset
+                    continue
                 if data.error_code == _OFFSET_OUT_OF_RANGE:
                     raise StreamgateSourceError(
                         f"{topic} partition {partition}: offset {offset} is no longer there "
                         f"(log start {data.log_start_offset}): deleted by retention since the "
-                        "read was planned"
+                        "read was planned; option 'failOnDataLoss' false skips it"
                     )
                 if data.error_code:
                     raise StreamgateSourceError(

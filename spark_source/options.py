@@ -46,6 +46,7 @@ _KNOWN = {
     "password",
     "gatewaytls",
     "sslcafile",
+    "failondataloss",
 }
 
 
@@ -68,6 +69,7 @@ class ReadOptions:
     max_records_per_trigger: int | None = None
     metadata: str | None = None  # the metadata store's SQLite file: plan without the gateway
     access: Access = field(default_factory=Access)  # credentials and TLS for both listeners
+    fail_on_data_loss: bool = True  # offsets asked for below the log start: an error
 
 
 def _host_port(name: str, value: str | None) -> str:
@@ -145,7 +147,8 @@ def parse_options(options: dict[str, str]) -> ReadOptions:
             "subscribePattern, startingOffsets, endingOffsets, startingTimestamp, "
             "endingTimestamp, includeHeaders, isolationLevel, minPartitionBytes, timeoutMs, "
             "maxRecordsPerTrigger, tier2.folder, s3.endpoint, s3.bucket, s3.prefix, s3.region, "
-            "s3.accessKeyId, s3.secretAccessKey, user, password, gatewayTls, sslCaFile)"
+            "s3.accessKeyId, s3.secretAccessKey, user, password, gatewayTls, sslCaFile, "
+            "failOnDataLoss)"
         )
     topics_text = lowered.get("topic") or lowered.get("subscribe") or lowered.get("path")
     pattern = lowered.get("subscribepattern")
@@ -214,4 +217,5 @@ def parse_options(options: dict[str, str]) -> ReadOptions:
         if max_records is None
         else _int("maxRecordsPerTrigger", max_records, 1),
         access=access,
+        fail_on_data_loss=_bool("failOnDataLoss", lowered.get("failondataloss", "true")),
     )

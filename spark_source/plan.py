@@ -92,8 +92,20 @@ def start_offsets(m: TopicMap, opts: ReadOptions, default: int = EARLIEST) -> di
         if start is None:
             continue
         start = p.log_start if start == EARLIEST else top if start == LATEST else start
+        check_data_loss(m.topic, p, start, opts)
         out[p.partition] = min(max(start, p.log_start), top)
     return out
+
+
+def check_data_loss(topic: str, p: PartitionMap, start: int, opts: ReadOptions) -> None:
+    """With failOnDataLoss (the default), offsets asked for that are below the log start
+    (deleted by retention or DeleteRecords) raise; without it they are skipped."""
+    if opts.fail_on_data_loss and start < p.log_start:
+        raise StreamgateSourceError(
+            f"{topic} partition {p.partition}: offsets {start} to {p.log_start - 1} are no "
+            f"longer there (log start {p.log_start}: deleted by retention or DeleteRecords); "
+            "option 'failOnDataLoss' false skips them"
+        )
 
 
 def offset_ranges(m: TopicMap, opts: ReadOptions) -> dict[int, tuple[int, int]]:
@@ -129,6 +141,7 @@ def plan_ranges(
         if p.partition not in ranges:
             continue
         start, end = ranges[p.partition]
+        check_data_loss(m.topic, p, start, opts)
         start = max(start, p.log_start)
         if start >= end:
             continue

@@ -102,10 +102,14 @@ class StreamgateStreamReader(DataSourceStreamReader):
         maps = self._maps(sorted(end))
         tasks = []
         for topic, m in maps.items():
+            # a partition new since `start` (CreatePartitions, a topic newly matching
+            # subscribePattern) begins at its log start
+            first = {str(p.partition): p.log_start for p in m.partitions}
+            known = start.get(topic, {})
             ranges = {
-                int(p): (start.get(topic, {}).get(p, 0), e)
+                int(p): (known.get(p, first.get(p, 0)), e)
                 for p, e in end[topic].items()
-                if e > start.get(topic, {}).get(p, 0)
+                if e > known.get(p, first.get(p, 0))
             }
             tasks.extend(plan_ranges(m, ranges, self.opts))
         return [_Task(t) for t in tasks]

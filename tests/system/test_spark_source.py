@@ -21,7 +21,7 @@ from support.client import unique_topic
 from support.compaction import produce as produce_keyed
 from support.compaction import wait_compacted
 from support.confluent import create_topic
-from support.spark import http, kafka_options, produce, wait_for
+from support.spark import delete_records, http, kafka_options, produce, wait_for
 from support.txn import produce_txn, txn_producer
 
 from harness.gateway import Gateway
@@ -141,6 +141,23 @@ def test_offsets_options(source, tier_gateway, history) -> None:
     assert sorted(r.offset for r in df.select("offset").collect()) == list(range(100, 750))
     assert native(source, tier_gateway, topic=topic, startingOffsets="latest").count() == 0
     assert "headers" not in native(source, tier_gateway, topic=topic).columns
+
+
+def test_fail_on_data_loss(source, tier_gateway) -> None:
+    """Offsets asked for below the log start (DeleteRecords here) raise an error naming
+    failOnDataLoss; with it false they are skipped."""
+    topic = unique_topic("native-loss")
+    create_topic(tier_gateway.bootstrap, topic, 1)
+    produce(tier_gateway.bootstrap, topic, [(None, b"%d" % i + VALUE, 0) for i in range(100)])
+    delete_records(tier_gateway.bootstrap, topic, {0: 40})
+    starting = json.dumps({topic: {"0": 10}})
+    message = _error(
+        lambda: native(source, tier_gateway, topic=topic, startingOffsets=starting).collect()
+    )
+    assert "offsets 10 to 39 are no longer there" in message
+    assert "option 'failOnDataLoss' false skips them" in message
+    df = native(source, tier_gateway, topic=topic, startingOffsets=starting, failOnDataLoss="false")
+    assert sorted(r.offset for r in df.select("offset").collect()) == list(range(40, 100))
 
 
 def test_timestamp_options_skip_by_time(source, tier_gateway) -> None:

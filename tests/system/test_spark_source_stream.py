@@ -1,6 +1,7 @@
 """The native Spark source as a stream: `spark.readStream.format("streamgate")` across
 CreatePartitions, a segment split, a merge, a SIGKILL of the gateway and a restart of the
-query, exactly once, with per-partition offsets in the checkpoint.
+query, exactly once, with per-partition offsets in the checkpoint; then records past the
+checkpoint deleted (failOnDataLoss).
 
 About two minutes on two busy cores, so not part of `make test`: `make test-spark-source`
 runs it (STREAMGATE_SPARK_STREAM_TESTS=1) with tests/system/test_spark_source.py. Waits are
@@ -20,6 +21,7 @@ from support.client import unique_topic
 from support.confluent import create_topic
 from support.spark import (
     add_partitions,
+    delete_records,
     end_offsets,
     http,
     open_segments,
@@ -57,13 +59,14 @@ def test_stream_across_partitions_split_merge_kill_and_restart(
     produce(bootstrap, topic, [(None, v, i % 2) for i, v in enumerate(produced)])
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
 
-    def start() -> Any:
+    def start(**extra: str) -> Any:
         df = (
             source.readStream.format("streamgate")
             .option("gateway", bootstrap)
             .option("admin", admin_address(tier_gateway))
             .options(topic=topic, startingOffsets="earliest", maxRecordsPerTrigger="100")
             .option("timeoutMs", "60000")  # outlives the gateway's restart
+            .options(**extra)
             .load()
         )
         return (
@@ -132,3 +135,20 @@ def test_stream_across_partitions_split_merge_kill_and_restart(
     # the checkpoint holds each partition's next offset, every partition at its end
     ends = end_offsets(bootstrap, topic)
     assert _checkpointed(checkpoint) == {topic: {str(p): o for p, o in ends.items()}}
+
+    # records past the checkpoint deleted before the query resumes: failOnDataLoss
+    produce(bootstrap, topic, [(None, b"lost%d" % i, 0) for i in range(10)])
+    delete_records(bootstrap, topic, {0: ends[0] + 10})
+    query = start()
+    try:
+        wait_for(lambda: not query.isActive, timeout=WAIT)
+        assert "option 'failOnDataLoss' false skips them" in str(query.exception())
+    finally:
+        query.stop()
+    query = start(failOnDataLoss="false")
+    try:
+        more(b"d", 8)  # partitions 0 to 3, twice
+        wait_for(lambda: seen(808), timeout=WAIT)
+    finally:
+        query.stop()
+    assert not [r for r in parquet_rows(source, out) if bytes(r.value).startswith(b"lost")]

@@ -74,6 +74,7 @@ def test_offsets_json_and_read_committed() -> None:
         ({**BASE, "startingTimestamp": "1", "startingOffsets": "earliest"}, "exclude"),
         ({**BASE, "user": "alice"}, "'user' and 'password' go together"),
         ({**BASE, "gatewayTls": "maybe"}, "gatewayTls"),
+        ({**BASE, "failOnDataLoss": "no"}, "failOnDataLoss"),
     ],
 )
 def test_bad_options_name_the_option(options: dict[str, str], named: str) -> None:
@@ -126,3 +127,16 @@ def test_credentials_and_https() -> None:
     assert opts.access.admin_headers() == {"Authorization": "Basic YWxpY2U6cHc="}
     assert "pw" not in repr(opts)  # plans and logs never show the password
     assert parse_options(BASE).access.admin_headers() == {}
+
+
+def test_offsets_below_the_log_start_fail_unless_told() -> None:
+    below = {**BASE, "startingOffsets": '{"t": {"0": 10, "1": 0}}'}
+    with pytest.raises(
+        StreamgateSourceError,
+        match="offsets 10 to 49 are no longer there.*'failOnDataLoss' false skips them",
+    ):
+        plan_topic(topic_map(), parse_options(below))
+    tasks = plan_topic(topic_map(), parse_options({**below, "failOnDataLoss": "false"}))
+    assert tasks[0].start == 50  # skipped to the log start
+    # earliest never loses anything
+    assert plan_topic(topic_map(), parse_options(BASE))[0].start == 50
