@@ -180,6 +180,13 @@ def parse_options(options: dict[str, str]) -> ReadOptions:
             "options 'endingOffsets' and 'endingTimestamp' exclude each other"
         )
     max_records = lowered.get("maxrecordspertrigger")
+    metadata = lowered.get("metadata")
+    tier2_given = "tier2.folder" in lowered or "s3.bucket" in lowered
+    if metadata and metadata.startswith(("postgresql://", "postgres://")) and not tier2_given:
+        raise StreamgateSourceError(
+            "option 'metadata' as a PostgreSQL URL needs 'tier2.folder' or 's3.bucket' "
+            "(where the gateways keep tier 2: the database does not say)"
+        )
     if ("user" in lowered) != ("password" in lowered):
         raise StreamgateSourceError("options 'user' and 'password' go together")
     access = Access(

@@ -75,6 +75,7 @@ def test_offsets_json_and_read_committed() -> None:
         ({**BASE, "user": "alice"}, "'user' and 'password' go together"),
         ({**BASE, "gatewayTls": "maybe"}, "gatewayTls"),
         ({**BASE, "failOnDataLoss": "no"}, "failOnDataLoss"),
+        ({**BASE, "metadata": "postgresql://u:p@h/db"}, "needs 'tier2.folder' or 's3.bucket'"),
     ],
 )
 def test_bad_options_name_the_option(options: dict[str, str], named: str) -> None:
