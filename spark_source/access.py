@@ -3,8 +3,8 @@ HTTPS) on every admin request, SASL/PLAIN (over plain TCP or TLS) on the Kafka c
 that reads the tail and offsets by timestamp.
 
 The gateway checks both against the same stored credentials, so one user and password
-serve both. SCRAM is not spoken here: PLAIN is enough where the connection is TLS or
-loopback, and the gateway enables it unless `--sasl-enabled-mechanisms` leaves it out.
+serve both. The Kafka login is PLAIN unless `saslMechanism` names SCRAM-SHA-256 or -512
+(scram.py), which never sends the password itself.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from kafkaclient.client import KafkaClient, KafkaClientError
 from kafkawire.apis import ApiKey
 
 from .errors import StreamgateSourceError
+from .scram import ScramClient, ScramError
 
 _HANDSHAKE_V = 1
 _AUTHENTICATE_V = 2
@@ -30,6 +31,7 @@ class Access:
     admin_https: bool = False  # the admin listener runs HTTPS (`--admin-tls`)
     gateway_tls: bool = False  # the Kafka listener is SSL or SASL_SSL
     ca_file: str | None = None  # trusted for both; None: the system's CAs
+    mechanism: str = "PLAIN"  # of the Kafka login: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512
 
     def __repr__(self) -> str:  # never show the password in a plan or a log
         return f"Access(user={self.user!r}, https={self.admin_https}, tls={self.gateway_tls})"
@@ -79,25 +81,40 @@ class Access:
         return client
 
     def _login(self, client: KafkaClient, gateway: str) -> None:
+        user, password = self.user or "", self.password or ""
         try:
-            shake = client.request(ApiKey.SASL_HANDSHAKE, _HANDSHAKE_V, {"mechanism": "PLAIN"})
+            shake = client.request(
+                ApiKey.SASL_HANDSHAKE, _HANDSHAKE_V, {"mechanism": self.mechanism}
+            )
             if shake.error_code:
                 raise StreamgateSourceError(
-                    f"the gateway {gateway} does not offer SASL/PLAIN (it offers "
-                    f"{', '.join(shake.mechanisms) or 'none'}); this source logs in only with "
-                    "PLAIN (options 'user' and 'password')"
+                    f"the gateway {gateway} does not offer SASL/{self.mechanism} (it offers "
+                    f"{', '.join(shake.mechanisms) or 'none'}): option 'saslMechanism'"
                 )
-            token = b"\0" + (self.user or "").encode() + b"\0" + (self.password or "").encode()
-            answer = client.request(
-                ApiKey.SASL_AUTHENTICATE, _AUTHENTICATE_V, {"auth_bytes": token}
+            if self.mechanism == "PLAIN":
+                self._step(client, gateway, f"\0{user}\0{password}".encode())
+                return
+            scram = ScramClient(self.mechanism, user, password)
+            scram.check(
+                self._step(client, gateway, scram.final(self._step(client, gateway, scram.first())))
             )
         except KafkaClientError as exc:
             raise StreamgateSourceError(
                 f"SASL login at the gateway {gateway} failed (options 'gateway', 'user', "
                 f"'gatewayTls'): {exc}"
             ) from None
+        except ScramError as exc:
+            raise StreamgateSourceError(
+                f"SASL/{self.mechanism} login at the gateway {gateway}: {exc} (options 'user' "
+                "and 'password')"
+            ) from None
+
+    def _step(self, client: KafkaClient, gateway: str, token: bytes) -> bytes:
+        """One SaslAuthenticate round; the server's token back."""
+        answer = client.request(ApiKey.SASL_AUTHENTICATE, _AUTHENTICATE_V, {"auth_bytes": token})
         if answer.error_code:
             raise StreamgateSourceError(
                 f"the gateway {gateway} refused the login of {self.user!r} (options 'user' "
                 f"and 'password'): {answer.error_message or answer.error_code}"
             )
+        return bytes(answer.auth_bytes or b"")

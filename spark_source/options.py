@@ -47,6 +47,7 @@ _KNOWN = {
     "gatewaytls",
     "sslcafile",
     "failondataloss",
+    "saslmechanism",
 }
 
 
@@ -147,8 +148,8 @@ def parse_options(options: dict[str, str]) -> ReadOptions:
             "subscribePattern, startingOffsets, endingOffsets, startingTimestamp, "
             "endingTimestamp, includeHeaders, isolationLevel, minPartitionBytes, timeoutMs, "
             "maxRecordsPerTrigger, tier2.folder, s3.endpoint, s3.bucket, s3.prefix, s3.region, "
-            "s3.accessKeyId, s3.secretAccessKey, user, password, gatewayTls, sslCaFile, "
-            "failOnDataLoss)"
+            "s3.accessKeyId, s3.secretAccessKey, user, password, saslMechanism, gatewayTls, "
+            "sslCaFile, failOnDataLoss)"
         )
     topics_text = lowered.get("topic") or lowered.get("subscribe") or lowered.get("path")
     pattern = lowered.get("subscribepattern")
@@ -189,12 +190,19 @@ def parse_options(options: dict[str, str]) -> ReadOptions:
         )
     if ("user" in lowered) != ("password" in lowered):
         raise StreamgateSourceError("options 'user' and 'password' go together")
+    mechanism = lowered.get("saslmechanism", "PLAIN").upper()
+    if mechanism not in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
+        raise StreamgateSourceError(
+            f"option 'saslMechanism': expected PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512, got "
+            f"{mechanism!r}"
+        )
     access = Access(
         user=lowered.get("user"),
         password=lowered.get("password"),
         admin_https=lowered.get("admin", "").lower().startswith("https://"),
         gateway_tls=_bool("gatewayTls", lowered.get("gatewaytls", "false")),
         ca_file=lowered.get("sslcafile"),
+        mechanism=mechanism,
     )
     return ReadOptions(
         gateway=_host_port("gateway", lowered.get("gateway")),

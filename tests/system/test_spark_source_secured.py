@@ -1,6 +1,6 @@
 """The native Spark source against a gateway with SASL users, ACLs and an HTTPS admin
-listener: HTTP Basic on the chunk map (READ on the topic), SASL/PLAIN on the Kafka
-connection over plain TCP and over TLS, and clear errors without or with wrong
+listener: HTTP Basic on the chunk map (READ on the topic), SASL/PLAIN and SCRAM on the
+Kafka connection over plain TCP and over TLS, and clear errors without or with wrong
 credentials."""
 
 from __future__ import annotations
@@ -127,12 +127,18 @@ def _error(call: Any) -> str:
     return str(info.value)
 
 
-def test_reads_with_credentials_over_sasl_plaintext_and_sasl_ssl(source, secured) -> None:
+def test_reads_with_credentials_over_sasl_plaintext_and_sasl_ssl_plain_and_scram(
+    source, secured
+) -> None:
     gw, listeners, certs, topic = secured
     expected = sorted((p, o) for p in range(2) for o in range(RECORDS // 2))
     # startingTimestamp: ListOffsets through the Kafka protocol, so the SASL login is used
     # whether or not the tail is in tier 2 yet
-    for protocol, tls in (("SASL_PLAINTEXT", "false"), ("SASL_SSL", "true")):
+    for protocol, tls, mechanism in (
+        ("SASL_PLAINTEXT", "false", "PLAIN"),
+        ("SASL_SSL", "true", "SCRAM-SHA-512"),
+        ("SASL_PLAINTEXT", "false", "SCRAM-SHA-256"),
+    ):
         df = _read(
             source,
             gw,
@@ -140,12 +146,13 @@ def test_reads_with_credentials_over_sasl_plaintext_and_sasl_ssl(source, secured
             topic,
             gateway=listeners.bootstrap(protocol),
             gatewayTls=tls,
+            saslMechanism=mechanism,
             user="alice",
             password=PASSWORDS["alice"],
             startingTimestamp="0",
         )
         rows = df.collect()
-        assert sorted((r.partition, r.offset) for r in rows) == expected, protocol
+        assert sorted((r.partition, r.offset) for r in rows) == expected, mechanism
         assert {bytes(r.value).split(b"|")[0] for r in rows} == {b"%d" % i for i in range(RECORDS)}
 
 
@@ -230,4 +237,6 @@ def test_the_kafka_login_is_checked(source, secured, tmp_path: Path) -> None:
         startingTimestamp="0",
     )
     message = _error(lambda: df.load().collect())
+    assert "refused the login of 'alice'" in message
+    message = _error(lambda: df.option("saslMechanism", "SCRAM-SHA-256").load().collect())
     assert "refused the login of 'alice'" in message
