@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import socket
+import ssl
 import struct
 from collections import deque
 from collections.abc import Iterator
@@ -35,15 +36,27 @@ class KafkaClientError(Exception):
 
 class KafkaClient:
     def __init__(
-        self, bootstrap: str, timeout: float = 10.0, client_id: str = "streamgate-cli"
+        self,
+        bootstrap: str,
+        timeout: float = 10.0,
+        client_id: str = "streamgate-cli",
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
+        """`ssl_context`: speak TLS (an SSL or SASL_SSL listener)."""
         host, _, port = bootstrap.rpartition(":")
         if not host or not port.isdigit():
             raise KafkaClientError(f"expected HOST:PORT, got {bootstrap!r}")
         try:
-            self._sock = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout)
+            sock = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout)
         except OSError as exc:
             raise KafkaClientError(f"cannot connect to {bootstrap}: {exc}") from exc
+        if ssl_context is not None:
+            try:
+                sock = ssl_context.wrap_socket(sock, server_hostname=host.strip("[]"))
+            except OSError as exc:
+                sock.close()
+                raise KafkaClientError(f"TLS with {bootstrap} failed: {exc}") from exc
+        self._sock = sock
         self._client_id = client_id.encode()
         self._correlation_id = 0
 

@@ -10,7 +10,8 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import StreamgateSourceError
+from .access import Access
+from .errors import StreamgateSourceError, UnreachableError
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,10 +44,12 @@ class TopicMap:
     partitions: tuple[PartitionMap, ...]
 
 
-def _get(admin: str, path: str, timeout_s: float) -> Any:
-    url = f"http://{admin}{path}"
+def _get(admin: str, path: str, timeout_s: float, access: Access) -> Any:
+    url = access.admin_url(admin, path)
+    request = urllib.request.Request(url, headers=access.admin_headers())
+    context = access.ssl_context() if access.admin_https else None
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+        with urllib.request.urlopen(request, timeout=timeout_s, context=context) as resp:
             return json.loads(resp.read())
     except urllib.error.HTTPError as exc:
         try:
@@ -58,25 +61,35 @@ def _get(admin: str, path: str, timeout_s: float) -> Any:
                 f"the gateway at {admin} (option 'admin') has no chunk map route: it is "
                 "older than this source"
             ) from None
+        if exc.code == 401:
+            raise StreamgateSourceError(
+                f"the gateway's admin listener at {admin} wants credentials: {detail} "
+                "(options 'user' and 'password': a SASL user of the gateway)"
+            ) from None
+        if exc.code == 403:
+            raise StreamgateSourceError(
+                f"the gateway's admin listener at {admin} refused {path}: {detail} (option "
+                "'user' needs READ on the topic)"
+            ) from None
         raise StreamgateSourceError(
             f"GET {url} (option 'admin'): HTTP {exc.code} {detail}".rstrip()
         ) from None
     except (urllib.error.URLError, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
-        raise StreamgateSourceError(
+        raise UnreachableError(
             f"cannot reach the gateway's admin listener at {admin} (option 'admin'): {reason}"
         ) from None
 
 
-def list_topics(admin: str, timeout_s: float) -> list[str]:
-    return list(_get(admin, "/streams", timeout_s)["topics"])
+def list_topics(admin: str, timeout_s: float, access: Access) -> list[str]:
+    return list(_get(admin, "/streams", timeout_s, access)["topics"])
 
 
-def fetch_chunk_map(admin: str, topic: str, timeout_s: float) -> TopicMap:
+def fetch_chunk_map(admin: str, topic: str, timeout_s: float, access: Access) -> TopicMap:
     """The topic's chunk map; StreamgateSourceError naming the topic if it does not exist."""
     path = f"/streams/{urllib.parse.quote(topic, safe='')}/chunks"
     try:
-        doc = _get(admin, path, timeout_s)
+        doc = _get(admin, path, timeout_s, access)
     except StreamgateSourceError as exc:
         if "HTTP 404" in str(exc):
             raise StreamgateSourceError(

@@ -12,9 +12,10 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
-from kafkaclient.client import KafkaClient, KafkaClientError
+from kafkaclient.client import KafkaClientError
 from kafkawire.apis import ApiKey
 
+from .access import Access
 from .errors import StreamgateSourceError
 
 _FETCH_V = 12
@@ -23,15 +24,18 @@ _FETCH_BYTES = 8 << 20
 _OFFSET_OUT_OF_RANGE = 1
 
 
-def _connect(gateway: str, timeout_s: float) -> KafkaClient:
-    try:
-        return KafkaClient(gateway, timeout=timeout_s, client_id="streamgate-spark")
-    except KafkaClientError as exc:
-        raise StreamgateSourceError(f"cannot reach the gateway (option 'gateway'): {exc}") from None
+_SECURED_HINT = (
+    " (a gateway listener with SASL or TLS needs the options 'user', 'password' and 'gatewayTls')"
+)
 
 
 def offsets_for_timestamp(
-    gateway: str, topic: str, partitions: list[int], timestamp_ms: int, timeout_s: float
+    gateway: str,
+    topic: str,
+    partitions: list[int],
+    timestamp_ms: int,
+    timeout_s: float,
+    access: Access,
 ) -> dict[int, int]:
     """partition -> first offset whose timestamp is >= timestamp_ms (-1 where none is)."""
     body = {
@@ -48,10 +52,12 @@ def offsets_for_timestamp(
         ],
     }
     try:
-        with _connect(gateway, timeout_s) as client:
+        with access.kafka_client(gateway, timeout_s) as client:
             response = client.request(ApiKey.LIST_OFFSETS, _LIST_OFFSETS_V, body)
     except KafkaClientError as exc:
-        raise StreamgateSourceError(f"ListOffsets on the gateway {gateway}: {exc}") from None
+        raise StreamgateSourceError(
+            f"ListOffsets on the gateway {gateway}: {exc}{_SECURED_HINT}"
+        ) from None
     out = {}
     for t in response.topics:
         for p in t.partitions:
@@ -72,13 +78,15 @@ def fetch_range(
     end: int,
     read_committed: bool,
     timeout_s: float,
+    access: Access,
+    fail_on_data_loss: bool = True,
 ) -> Iterator[bytes]:
     """The stored record batches of offsets [start, end) (whole batches: the first and the
     last may reach beyond). Raises StreamgateSourceError rather than wait past `timeout_s`
     without progress."""
     offset = start
     try:
-        with _connect(gateway, timeout_s) as client:
+        with access.kafka_client(gateway, timeout_s) as client:
             deadline = time.monotonic() + timeout_s
             while offset < end:
                 body = {
@@ -113,11 +121,15 @@ def fetch_range(
                         f"Fetch of {topic} partition {partition}: Kafka error {response.error_code}"
                     )
                 data = response.responses[0].partitions[0]
+                lost = data.error_code == _OFFSET_OUT_OF_RANGE and data.log_start_offset > offset
+                if lost and not fail_on_data_loss:  # deleted since planned: skipped
+                    offset = data.log_start_offset
+                    continue
                 if data.error_code == _OFFSET_OUT_OF_RANGE:
                     raise StreamgateSourceError(
                         f"{topic} partition {partition}: offset {offset} is no longer there "
                         f"(log start {data.log_start_offset}): deleted by retention since the "
-                        "read was planned"
+                        "read was planned; option 'failOnDataLoss' false skips it"
                     )
                 if data.error_code:
                     raise StreamgateSourceError(
@@ -143,7 +155,7 @@ def fetch_range(
     except KafkaClientError as exc:
         raise StreamgateSourceError(
             f"reading {topic} partition {partition} from the gateway {gateway} (option "
-            f"'gateway'): {exc}"
+            f"'gateway'): {exc}{_SECURED_HINT}"
         ) from None
 
 

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from .access import Access
 from .errors import StreamgateSourceError
 
 EARLIEST, LATEST = -2, -1
@@ -41,6 +42,12 @@ _KNOWN = {
     "s3.secretaccesskey",
     "maxrecordspertrigger",
     "path",
+    "user",
+    "password",
+    "gatewaytls",
+    "sslcafile",
+    "failondataloss",
+    "saslmechanism",
 }
 
 
@@ -62,12 +69,15 @@ class ReadOptions:
     tier2_overrides: dict[str, str] = field(default_factory=dict)
     max_records_per_trigger: int | None = None
     metadata: str | None = None  # the metadata store's SQLite file: plan without the gateway
+    access: Access = field(default_factory=Access)  # credentials and TLS for both listeners
+    fail_on_data_loss: bool = True  # offsets asked for below the log start: an error
 
 
 def _host_port(name: str, value: str | None) -> str:
     if not value:
         raise StreamgateSourceError(f"option {name!r} is required (HOST:PORT)")
-    host, _, port = value.removeprefix("http://").rstrip("/").rpartition(":")
+    bare = value.removeprefix("http://").removeprefix("https://").rstrip("/")
+    host, _, port = bare.rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise StreamgateSourceError(f"option {name!r}: expected HOST:PORT, got {value!r}")
     return f"{host}:{port}"
@@ -138,7 +148,8 @@ def parse_options(options: dict[str, str]) -> ReadOptions:
             "subscribePattern, startingOffsets, endingOffsets, startingTimestamp, "
             "endingTimestamp, includeHeaders, isolationLevel, minPartitionBytes, timeoutMs, "
             "maxRecordsPerTrigger, tier2.folder, s3.endpoint, s3.bucket, s3.prefix, s3.region, "
-            "s3.accessKeyId, s3.secretAccessKey)"
+            "s3.accessKeyId, s3.secretAccessKey, user, password, saslMechanism, gatewayTls, "
+            "sslCaFile, failOnDataLoss)"
         )
     topics_text = lowered.get("topic") or lowered.get("subscribe") or lowered.get("path")
     pattern = lowered.get("subscribepattern")
@@ -170,6 +181,29 @@ def parse_options(options: dict[str, str]) -> ReadOptions:
             "options 'endingOffsets' and 'endingTimestamp' exclude each other"
         )
     max_records = lowered.get("maxrecordspertrigger")
+    metadata = lowered.get("metadata")
+    tier2_given = "tier2.folder" in lowered or "s3.bucket" in lowered
+    if metadata and metadata.startswith(("postgresql://", "postgres://")) and not tier2_given:
+        raise StreamgateSourceError(
+            "option 'metadata' as a PostgreSQL URL needs 'tier2.folder' or 's3.bucket' "
+            "(where the gateways keep tier 2: the database does not say)"
+        )
+    if ("user" in lowered) != ("password" in lowered):
+        raise StreamgateSourceError("options 'user' and 'password' go together")
+    mechanism = lowered.get("saslmechanism", "PLAIN").upper()
+    if mechanism not in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
+        raise StreamgateSourceError(
+            f"option 'saslMechanism': expected PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512, got "
+            f"{mechanism!r}"
+        )
+    access = Access(
+        user=lowered.get("user"),
+        password=lowered.get("password"),
+        admin_https=lowered.get("admin", "").lower().startswith("https://"),
+        gateway_tls=_bool("gatewayTls", lowered.get("gatewaytls", "false")),
+        ca_file=lowered.get("sslcafile"),
+        mechanism=mechanism,
+    )
     return ReadOptions(
         gateway=_host_port("gateway", lowered.get("gateway")),
         admin=""
@@ -197,4 +231,6 @@ def parse_options(options: dict[str, str]) -> ReadOptions:
         max_records_per_trigger=None
         if max_records is None
         else _int("maxRecordsPerTrigger", max_records, 1),
+        access=access,
+        fail_on_data_loss=_bool("failOnDataLoss", lowered.get("failondataloss", "true")),
     )

@@ -42,7 +42,7 @@ def resolve_topics(opts: ReadOptions) -> list[str]:
     if opts.metadata:
         names = list_topics_from(opts.metadata)
     else:
-        names = list_topics(opts.admin, opts.timeout_s)
+        names = list_topics(opts.admin, opts.timeout_s, opts.access)
     return sorted(t for t in names if pattern.fullmatch(t))
 
 
@@ -50,7 +50,7 @@ def load_map(opts: ReadOptions, topic: str) -> TopicMap:
     """The chunk map from the gateway, or with `metadata` from the metadata store."""
     if opts.metadata:
         return chunk_map_from(opts.metadata, topic)
-    return fetch_chunk_map(opts.admin, topic, opts.timeout_s)
+    return fetch_chunk_map(opts.admin, topic, opts.timeout_s, opts.access)
 
 
 def latest(p: PartitionMap, opts: ReadOptions) -> int:
@@ -71,7 +71,9 @@ def _by_time(m: TopicMap, opts: ReadOptions, timestamp: int | None) -> dict[int,
     if timestamp is None:
         return None
     indexes = [p.partition for p in m.partitions]
-    return offsets_for_timestamp(opts.gateway, m.topic, indexes, timestamp, opts.timeout_s)
+    return offsets_for_timestamp(
+        opts.gateway, m.topic, indexes, timestamp, opts.timeout_s, opts.access
+    )
 
 
 def start_offsets(m: TopicMap, opts: ReadOptions, default: int = EARLIEST) -> dict[int, int]:
@@ -90,8 +92,20 @@ def start_offsets(m: TopicMap, opts: ReadOptions, default: int = EARLIEST) -> di
         if start is None:
             continue
         start = p.log_start if start == EARLIEST else top if start == LATEST else start
+        check_data_loss(m.topic, p, start, opts)
         out[p.partition] = min(max(start, p.log_start), top)
     return out
+
+
+def check_data_loss(topic: str, p: PartitionMap, start: int, opts: ReadOptions) -> None:
+    """With failOnDataLoss (the default), offsets asked for that are below the log start
+    (deleted by retention or DeleteRecords) raise; without it they are skipped."""
+    if opts.fail_on_data_loss and start < p.log_start:
+        raise StreamgateSourceError(
+            f"{topic} partition {p.partition}: offsets {start} to {p.log_start - 1} are no "
+            f"longer there (log start {p.log_start}: deleted by retention or DeleteRecords); "
+            "option 'failOnDataLoss' false skips them"
+        )
 
 
 def offset_ranges(m: TopicMap, opts: ReadOptions) -> dict[int, tuple[int, int]]:
@@ -127,6 +141,7 @@ def plan_ranges(
         if p.partition not in ranges:
             continue
         start, end = ranges[p.partition]
+        check_data_loss(m.topic, p, start, opts)
         start = max(start, p.log_start)
         if start >= end:
             continue

@@ -42,6 +42,8 @@ def task_batches(task: ReadTask, opts: ReadOptions) -> Iterator[bytes | memoryvi
             task.end,
             opts.read_committed,
             opts.timeout_s,
+            opts.access,
+            opts.fail_on_data_loss,
         )
         return
     reader = Tier2Reader(task.tier2, opts.tier2_overrides)

@@ -5,7 +5,8 @@ partition seen so far. Each micro-batch is planned like a batch read, from a fre
 map: its history straight from tier 2, the tail through the Kafka protocol. Partitions
 added by CreatePartitions (or topics matching `subscribePattern` later) start at their
 log start; segment splits and merges change nothing here, since a partition's offsets go
-on across them. Offsets are deterministic, so a restarted query reads each record once.
+on across them. Offsets are deterministic, so a restarted query reads each record once;
+a gateway that stops answering is waited for up to `timeoutMs` (a restart) when planning.
 
 `maxRecordsPerTrigger` bounds a micro-batch, shared among partitions in proportion to what
 each has waiting. Spark 4.0 asks a Python source for its latest offset without saying
@@ -15,6 +16,7 @@ bounded: guessing its start could move offsets backwards after a restart.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -22,6 +24,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
 from .chunkmap import TopicMap
+from .errors import UnreachableError
 from .options import LATEST, ReadOptions
 from .plan import latest, load_map, plan_ranges, resolve_topics, start_offsets
 from .rows import read_task
@@ -65,8 +68,17 @@ class StreamgateStreamReader(DataSourceStreamReader):
         self._start: Offsets | None = None  # where the next micro-batch begins, once known
 
     def _maps(self, topics: Sequence[str] | None = None) -> dict[str, TopicMap]:
-        names = resolve_topics(self.opts) if topics is None else topics
-        return {t: load_map(self.opts, t) for t in names}
+        """Fresh chunk maps; a gateway that does not answer (restarting) is asked again
+        for up to `timeoutMs`, so a query outlives a gateway restart."""
+        deadline = time.monotonic() + self.opts.timeout_s
+        while True:
+            try:
+                names = resolve_topics(self.opts) if topics is None else topics
+                return {t: load_map(self.opts, t) for t in names}
+            except UnreachableError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
 
     def initialOffset(self) -> dict:
         initial: Offsets = {
@@ -90,10 +102,14 @@ class StreamgateStreamReader(DataSourceStreamReader):
         maps = self._maps(sorted(end))
         tasks = []
         for topic, m in maps.items():
+            # a partition new since `start` (CreatePartitions, a topic newly matching
+            # subscribePattern) begins at its log start
+            first = {str(p.partition): p.log_start for p in m.partitions}
+            known = start.get(topic, {})
             ranges = {
-                int(p): (start.get(topic, {}).get(p, 0), e)
+                int(p): (known.get(p, first.get(p, 0)), e)
                 for p, e in end[topic].items()
-                if e > start.get(topic, {}).get(p, 0)
+                if e > known.get(p, first.get(p, 0))
             }
             tasks.extend(plan_ranges(m, ranges, self.opts))
         return [_Task(t) for t in tasks]

@@ -21,7 +21,8 @@ from support.client import unique_topic
 from support.compaction import produce as produce_keyed
 from support.compaction import wait_compacted
 from support.confluent import create_topic
-from support.spark import http, kafka_options, produce, wait_for
+from support.nodes import gateway_args, pg_url, postgres, requires_postgres  # noqa: F401
+from support.spark import delete_records, http, kafka_options, produce, wait_for
 from support.txn import produce_txn, txn_producer
 
 from harness.gateway import Gateway
@@ -143,6 +144,23 @@ def test_offsets_options(source, tier_gateway, history) -> None:
     assert "headers" not in native(source, tier_gateway, topic=topic).columns
 
 
+def test_fail_on_data_loss(source, tier_gateway) -> None:
+    """Offsets asked for below the log start (DeleteRecords here) raise an error naming
+    failOnDataLoss; with it false they are skipped."""
+    topic = unique_topic("native-loss")
+    create_topic(tier_gateway.bootstrap, topic, 1)
+    produce(tier_gateway.bootstrap, topic, [(None, b"%d" % i + VALUE, 0) for i in range(100)])
+    delete_records(tier_gateway.bootstrap, topic, {0: 40})
+    starting = json.dumps({topic: {"0": 10}})
+    message = _error(
+        lambda: native(source, tier_gateway, topic=topic, startingOffsets=starting).collect()
+    )
+    assert "offsets 10 to 39 are no longer there" in message
+    assert "option 'failOnDataLoss' false skips them" in message
+    df = native(source, tier_gateway, topic=topic, startingOffsets=starting, failOnDataLoss="false")
+    assert sorted(r.offset for r in df.select("offset").collect()) == list(range(40, 100))
+
+
 def test_timestamp_options_skip_by_time(source, tier_gateway) -> None:
     topic = unique_topic("native-times")
     create_topic(tier_gateway.bootstrap, topic, 2)
@@ -244,6 +262,53 @@ def test_gateway_stopped_tier2_read_completes(source, tmp_path: Path, history) -
     assert sorted((r.partition, r.offset) for r in rows) == sorted(
         (p, o) for p in range(2) for o in range(n // 2)
     )
+
+
+@requires_postgres
+def test_planned_from_postgres_with_the_gateway_down(
+    source,
+    tmp_path: Path,
+    pg_url: str,  # noqa: F811
+) -> None:
+    """A gateway on the shared PostgreSQL metadata: once stopped, a read is planned from
+    the database (read-only) and read from tier 2."""
+    tier2 = tmp_path / "tier2"
+    gw = Gateway(
+        tmp_path / "data",
+        tmp_path / "server.log",
+        (*FAST_TIER_ARGS, *gateway_args(pg_url), "--tier2", str(tier2)),
+        metrics=True,
+    )
+    gw.start_fresh()
+    try:
+        topic = unique_topic("native-pg")
+        create_topic(gw.bootstrap, topic, 2)
+        n = produce(gw.bootstrap, topic, [(None, b"%d" % i + VALUE, i % 2) for i in range(400)])
+        wait_tier2_only(gw, topic)
+    finally:
+        gw.close()
+
+    def read(**options: str) -> Any:  # a fresh reader each time: options accumulate
+        reader = source.read.format("streamgate").options(gateway=gw.bootstrap, metadata=pg_url)
+        return reader.options(**options).load()
+
+    message = _error(lambda: read(topic=topic))
+    assert "needs 'tier2.folder' or 's3.bucket'" in message
+    rows = read(topic=topic, **{"tier2.folder": str(tier2)}).collect()
+    assert sorted((r.partition, r.offset) for r in rows) == sorted(
+        (p, o) for p in range(2) for o in range(n // 2)
+    )
+    assert read(subscribePattern="native-pg-.*", **{"tier2.folder": str(tier2)}).count() == n
+    wrong = pg_url.rsplit("/", 1)[0] + "/no_such_db"
+    message = _error(
+        lambda: (
+            source.read.format("streamgate")
+            .options(gateway=gw.bootstrap, metadata=wrong, topic=topic, **{"tier2.folder": "/x"})
+            .load()
+            .collect()
+        )
+    )
+    assert "option 'metadata': cannot connect to" in message
 
 
 def _error(call: Any) -> str:

@@ -3,6 +3,7 @@ the tail, aborted ranges, and the micro-batch bound."""
 
 from __future__ import annotations
 
+import base64
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from spark_source.metadata import chunk_map_from
 from spark_source.options import parse_options
 from spark_source.plan import ReadTask, plan_topic
 from spark_source.rows import task_batches
+from spark_source.scram import ScramClient, ScramError
 from spark_source.stream import cap
 
 BASE = {"gateway": "127.0.0.1:9092", "admin": "127.0.0.1:9100", "topic": "t"}
@@ -72,6 +74,11 @@ def test_offsets_json_and_read_committed() -> None:
         ({**BASE, "startingOffsets": "{bad"}, "startingOffsets"),
         ({**BASE, "maxRecordsPerTrigger": "0"}, "maxRecordsPerTrigger"),
         ({**BASE, "startingTimestamp": "1", "startingOffsets": "earliest"}, "exclude"),
+        ({**BASE, "user": "alice"}, "'user' and 'password' go together"),
+        ({**BASE, "gatewayTls": "maybe"}, "gatewayTls"),
+        ({**BASE, "failOnDataLoss": "no"}, "failOnDataLoss"),
+        ({**BASE, "saslMechanism": "GSSAPI"}, "saslMechanism"),
+        ({**BASE, "metadata": "postgresql://u:p@h/db"}, "needs 'tier2.folder' or 's3.bucket'"),
     ],
 )
 def test_bad_options_name_the_option(options: dict[str, str], named: str) -> None:
@@ -115,3 +122,37 @@ def test_metadata_option_replaces_admin(tmp_path: Path) -> None:
     assert opts.admin == "" and opts.metadata
     with pytest.raises(StreamgateSourceError, match="option 'metadata': no metadata file"):
         chunk_map_from(str(tmp_path / "m.db"), "t")
+
+
+def test_credentials_and_https() -> None:
+    opts = parse_options({**BASE, "admin": "https://h:8", "user": "alice", "password": "pw"})
+    assert opts.admin == "h:8" and opts.access.admin_https
+    assert opts.access.admin_url(opts.admin, "/streams") == "https://h:8/streams"
+    assert opts.access.admin_headers() == {"Authorization": "Basic YWxpY2U6cHc="}
+    assert "pw" not in repr(opts)  # plans and logs never show the password
+    assert parse_options(BASE).access.admin_headers() == {}
+
+
+def test_offsets_below_the_log_start_fail_unless_told() -> None:
+    below = {**BASE, "startingOffsets": '{"t": {"0": 10, "1": 0}}'}
+    with pytest.raises(
+        StreamgateSourceError,
+        match="offsets 10 to 49 are no longer there.*'failOnDataLoss' false skips them",
+    ):
+        plan_topic(topic_map(), parse_options(below))
+    tasks = plan_topic(topic_map(), parse_options({**below, "failOnDataLoss": "false"}))
+    assert tasks[0].start == 50  # skipped to the log start
+    # earliest never loses anything
+    assert plan_topic(topic_map(), parse_options(BASE))[0].start == 50
+
+
+def test_scram_client_against_the_rfc_7677_exchange() -> None:
+    client = ScramClient("SCRAM-SHA-256", "user", "pencil")
+    client.nonce, client.first_bare = "rOprNGfwEbeRWgbNEkqO", "n=user,r=rOprNGfwEbeRWgbNEkqO"
+    server_first = (
+        b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096"
+    )
+    assert client.final(server_first).endswith(b",p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ=")
+    client.check(b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=")
+    with pytest.raises(ScramError, match="does not know the password"):
+        client.check(b"v=" + base64.b64encode(b"x" * 32))
