@@ -18,7 +18,8 @@ from typing import Any, TypeVar
 
 import trio
 
-from core.api import Store, Topic
+from core.api import Store, StoreError, Topic
+from core.failure_log import FailureLog
 from core.metadata.interface import MetadataStore
 from core.recordbatch import iter_stored_batches
 
@@ -91,6 +92,7 @@ class ShareCoordinator:
         self.sessions: dict[tuple[str, str], ShareSession] = {}
         self._released = trio.Event()  # set (and replaced) when records become available
         self._stopped = False
+        self._failures = FailureLog("share groups: ", log, every_s=30.0)
         self._deleted_topics: set[str] = set()
 
     # --- lifecycle ---------------------------------------------------------------------
@@ -104,7 +106,12 @@ class ShareCoordinator:
         task_status.started()
         while not self._stopped:
             await trio.sleep(0.05)
-            await self.tick(trio.current_time())
+            try:
+                await self.tick(trio.current_time())
+            except StoreError as exc:  # the database is away (or closing): next tick
+                if self._stopped:
+                    return
+                self._failures.failed("share state", exc)
 
     def stop(self) -> None:
         self._stopped = True
@@ -128,9 +135,9 @@ class ShareCoordinator:
                     changed.extend(self._remove_member(group, member.member_id))
         if changed:
             await self._persist(changed)
-        while self._deleted_topics:
-            topic = self._deleted_topics.pop()
+        for topic in list(self._deleted_topics):  # a row left by a failure goes next tick
             await self._call(self.metadata.delete_share_partitions, None, topic)
+            self._deleted_topics.discard(topic)
 
     def on_topic_deleted(self, topic: str) -> None:
         """Forget the topic's share partitions (their rows go on the next tick)."""

@@ -122,7 +122,11 @@ def test_one_fetch_reads_every_partition_from_both_tiers(filled: tuple[RawClient
     # A tier-2 read stops at the end of one chunk's slice: fetch on from where each
     # partition stopped, every partition in each request, until all are read.
     got: dict[int, list[tuple[int, bytes | None]]] = {p: [] for p in range(PARTITIONS)}
-    for round_ in range(BATCHES + 1):
+    # Partitions 4-7 move from tier 1 to tier 2 meanwhile: a read caught in a file's trim
+    # may come back empty, so a few more rounds than batches are allowed.
+    for round_ in range(3 * BATCHES):
+        if all(len(got[p]) == BATCHES for p in range(PARTITIONS)):
+            break
         offsets = [(p, len(got[p])) for p in range(PARTITIONS)]
         partitions = _fetch(client, topic, offsets)
         assert [int(p.partition_index) for p in partitions] == list(range(PARTITIONS))
