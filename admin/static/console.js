@@ -163,10 +163,13 @@ function picture(history, windowMs) {
   }
   out.push(`<text x="12" y="${(top + H - bottom) / 2}" transform="rotate(-90 12 ${(top + H - bottom) / 2})"
     text-anchor="middle">partition</text>`);
+  // a short span shows tenths of a second, or two ticks would read the same
+  const fine = end - start < 10000;
   for (let i = 0; i <= 4; i++) {
     const ms = start + ((end - start) * i) / 4;
     const anchor = i === 0 ? "start" : i === 4 ? "end" : "middle";
-    out.push(`<text x="${x(ms)}" y="${H - 8}" text-anchor="${anchor}">${clock(ms)}</text>`);
+    const label = fine ? `${clock(ms)}.${Math.floor((ms % 1000) / 100)}` : clock(ms);
+    out.push(`<text x="${x(ms)}" y="${H - 8}" text-anchor="${anchor}">${label}</text>`);
   }
   for (const s of history.segments) {
     if (s.sealed_ms !== null && s.sealed_ms < start) continue;
