@@ -56,6 +56,12 @@ def _leaders(bootstrap: str, topic: str) -> dict[int, int]:
     return {p: m.leader for p, m in meta.topics[topic].partitions.items()}
 
 
+def _spread(bootstrap: str, topic: str) -> dict[int, int] | None:
+    """The partitions' leaders, once nodes 1, 2 and 3 each lead one."""
+    leaders = _leaders(bootstrap, topic)
+    return leaders if sorted(leaders.values()) == [1, 2, 3] else None
+
+
 def _events(cluster: NodesCluster, node: int, kind: str, topic: str) -> list[dict[str, Any]]:
     """Node `node`'s recent moves and takeovers of `topic` (the console's route)."""
     port = cluster.admin_base + node - 1  # type: ignore[attr-defined]
@@ -69,8 +75,9 @@ def test_a_frozen_node_is_taken_over_and_fenced(cluster: NodesCluster) -> None:
     topic = f"take-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": b2})
     admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS)])[topic].result(10)
-    wait_until(lambda: sorted(_leaders(b2, topic).values()) == [1, 2, 3], 30)
-    lost = next(p for p, node in _leaders(b2, topic).items() if node == 1)
+    # one answer that names the three leaders (an answer in between syncs may not yet)
+    leaders = wait_until(lambda: _spread(b2, topic), 30)
+    lost = next(p for p, node in leaders.items() if node == 1)
     # a frozen broker answers nothing: the client gives up on a request after 3 s (its
     # default is 30 s) and then asks the cluster where the partition went
     load = _Load(
