@@ -62,7 +62,13 @@ lint: $(TEST_STAMP)
 	$(BIN)/mypy
 
 test: $(TEST_STAMP) kcat-installed postgresql-installed java-installed javac-installed mosquitto-installed chromium-installed lint
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=25
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=25 -m "not beside_kafka"
+
+# The long runs of whole tools against Apache Kafka too (the compatibility matrix and the
+# benchmark runner's quick side-by-side): minutes, so `make test` leaves them out
+.PHONY: test-beside-kafka
+test-beside-kafka: $(TEST_STAMP) kcat-installed java-installed
+	$(BIN)/python -m pytest -q --durations=10 -m beside_kafka tests/system
 
 # The native Spark source's tests with its streaming test, which `make test` skips (minutes)
 .PHONY: test-spark-source

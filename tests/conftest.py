@@ -36,6 +36,11 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line("markers", "unit: in-process test of modules (tests/unit/)")
     config.addinivalue_line("markers", "system: test against real server processes (tests/system/)")
+    config.addinivalue_line(
+        "markers",
+        "beside_kafka: a long run of a whole tool against Apache Kafka as well "
+        "(`make test-beside-kafka`; `make test` leaves it out to keep within its time budget)",
+    )
 
 
 _TESTS_DIR = Path(__file__).resolve().parent

@@ -15,6 +15,7 @@ from harness.kafka import unavailable_reason
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.beside_kafka
 def test_kafka_vs_streamgate_quick(tmp_path: Path) -> None:
     reason = unavailable_reason()
     if reason:

@@ -89,6 +89,7 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
     broker.close()
 
 
+@pytest.mark.beside_kafka
 def test_matrix_against_kafka(kafka: KafkaBroker, tmp_path: Path) -> None:
     def restart() -> None:
         kafka.stop(timeout=60)
