@@ -82,6 +82,9 @@ class HeartbeatRequest:
     owned: TopicPartitions | None  # None: unchanged
     client_id: str = ""
     client_host: str = ""
+    # Whether the member's principal may DESCRIBE a topic: a regex subscription resolves to
+    # those only (None: no authorizer, every topic).
+    can_describe: Callable[[str], bool] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,6 +325,7 @@ class ConsumerGroups:
             changed = True
         if req.rebalance_timeout is not None:
             member.rebalance_timeout = req.rebalance_timeout
+        member.can_describe = req.can_describe
         if req.rack_id is not None:
             member.rack_id = req.rack_id
         return changed
@@ -347,7 +351,9 @@ class ConsumerGroups:
                 if all_topics is None:
                     all_topics = list(topics.topics())
                 for topic in all_topics:
-                    if self._matcher.matches(member.subscribed_regex, topic.name):
+                    if self._matcher.matches(member.subscribed_regex, topic.name) and (
+                        member.can_describe is None or member.can_describe(topic.name)
+                    ):
                         ids.add(topic.topic_id)
                         counts[topic.topic_id] = topic.partition_count
                         names[topic.topic_id] = topic.name

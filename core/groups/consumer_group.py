@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -60,6 +61,8 @@ class ConsumerMember:
     revocation_deadline: float = math.inf
     # (epoch, assignment) the member was last told, to send the assignment only on change
     last_sent: tuple[int, TopicPartitions] | None = None
+    # the principal's DESCRIBE on a topic, filtering what its regex resolves to
+    can_describe: Callable[[str], bool] | None = None
 
 
 @dataclass(slots=True, eq=False)

@@ -8,14 +8,17 @@ the coordinator, which decides everything synchronously.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import Any
 
+from core.acl.model import Operation, ResourceType
 from core.errors import ErrorCode
 from core.groups.assignors import TopicPartitions
 from core.groups.consumer_coordinator import HeartbeatRequest
 from kafkawire.codec import RequestHeader
 
-from .context import CLIENT_HOST, GatewayContext
+from .authz import allowed
+from .context import CLIENT_HOST, PRINCIPAL, GatewayContext
 
 # AclOperation bits of a group (READ 3, DELETE 6, DESCRIBE 8), as Kafka reports them
 # when there is no authorizer.
@@ -28,6 +31,17 @@ async def consumer_group_heartbeat(
 ) -> dict[str, Any]:
     timeout = body.rebalance_timeout.total_seconds()
     host = CLIENT_HOST.get()
+    # As Kafka: a member may subscribe to (and its regex resolve to) topics it may DESCRIBE only.
+    if body.subscribed_topic_names and not all(
+        allowed(ctx, Operation.DESCRIBE, ResourceType.TOPIC, name)
+        for name in body.subscribed_topic_names
+    ):
+        return {
+            "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+            "error_message": "Topic authorization failed.",
+            "member_id": body.member_id,
+            "member_epoch": body.member_epoch,
+        }
     owned = None
     if body.topic_partitions is not None:
         owned = {
@@ -53,6 +67,7 @@ async def consumer_group_heartbeat(
             owned=owned,
             client_id=header.client_id or "",
             client_host=f"/{host}" if host else "",
+            can_describe=_describe_check(ctx),
         ),
         ctx.store,
     )
@@ -98,6 +113,21 @@ def _describe(ctx: GatewayContext, group_id: str, operations: int) -> dict[str, 
             "authorized_operations": operations,
         }
     _members, _counts, names = coordinator.subscriptions(group, ctx.store)
+    if ctx.authorizer is not None and not all(
+        allowed(ctx, Operation.DESCRIBE, ResourceType.TOPIC, name)
+        for name in _topics_of(ctx, group, names)
+    ):
+        return {
+            "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+            "error_message": "The group has described topic(s) that the client is not "
+            "authorized to describe.",
+            "group_id": group_id,
+            "group_state": "",
+            "group_epoch": -1,
+            "assignment_epoch": -1,
+            "assignor_name": "",
+            "authorized_operations": operations,
+        }
     return {
         "error_code": ErrorCode.NONE,
         "group_id": group_id,
@@ -125,6 +155,34 @@ def _describe(ctx: GatewayContext, group_id: str, operations: int) -> dict[str, 
         ],
         "authorized_operations": operations,
     }
+
+
+def _describe_check(ctx: GatewayContext) -> Callable[[str], bool] | None:
+    """The requesting principal's DESCRIBE on a topic, asked again at each resolution (so a
+    revoked ACL takes the topic out of the member's regex at its next heartbeat)."""
+    authorizer = ctx.authorizer
+    if authorizer is None:
+        return None
+    principal, host = PRINCIPAL.get(), CLIENT_HOST.get()
+    return lambda name: authorizer.authorize(
+        principal, host, Operation.DESCRIBE, ResourceType.TOPIC, name
+    )
+
+
+def _topics_of(ctx: GatewayContext, group: Any, names: dict[uuid.UUID, str]) -> set[str]:
+    """Every topic a description of the group would name: subscriptions and assignments."""
+    out = set(names.values())
+    for member in group.members.values():
+        out.update(member.subscribed_names)
+        for parts in (member.assigned, group.target.get(member.member_id, {})):
+            for topic_id in parts:
+                name = names.get(topic_id)
+                if name is None:
+                    topic = ctx.store.topic_by_id(topic_id)
+                    name = topic.name if topic is not None else None
+                if name is not None:
+                    out.add(name)
+    return out
 
 
 def _wire_partitions(parts: TopicPartitions) -> list[dict[str, Any]]:
