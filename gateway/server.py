@@ -628,14 +628,19 @@ class Gateway:
 # A response is one buffer, or its size prefix and body pieces apart: prepending four
 # bytes to a large body would copy it whole (a Fetch response of megabytes), and a Fetch
 # response comes in pieces (its batches as read); a gathered send (`sendmsg`) writes them
-# all from where they are.
+# all from where they are. A small one in pieces (a caught-up Fetch: some fifty pieces of
+# framing) is joined instead: a view per piece and a long iovec cost several times the copy.
 Framed = bytes | tuple[bytes | memoryview, ...]
 _PREFIX_APART_BYTES = 64 * 1024
+_JOIN_PIECES_BELOW = 16 * 1024
 
 
 def _framed(payload: bytes | list[bytes | memoryview]) -> Framed:
     if isinstance(payload, list):
-        return (_SIZE.pack(sum(map(len, payload))), *payload)
+        size = sum(map(len, payload))
+        if size < _JOIN_PIECES_BELOW:
+            return b"".join((_SIZE.pack(size), *payload))
+        return (_SIZE.pack(size), *payload)
     if len(payload) >= _PREFIX_APART_BYTES:
         return _SIZE.pack(len(payload)), payload
     return _SIZE.pack(len(payload)) + payload
@@ -645,6 +650,9 @@ async def _send_framed(stream: trio.abc.Stream, responses: list[Framed]) -> None
     """Send responses in order: gathered in one call on plain TCP; over TLS each response
     in one piece (many small pieces would each become a TLS record)."""
     if isinstance(stream, LeanSocketStream):
+        if len(responses) == 1 and isinstance(responses[0], bytes):  # one small answer
+            await stream.send_all(responses[0])
+            return
         await stream.send_all_buffers(
             [b for r in responses for b in ((r,) if isinstance(r, bytes) else r)]
         )
