@@ -15,9 +15,10 @@ each, 100-byte records, acks=all, 8 partitions:
 * `fetch-empty`: only a caught-up consumer with fetch.wait.max.ms=0: each Fetch finds nothing
   new, the cheapest read the path has.
 
-Beside them, the latency breakdown: `fdatasync` of a small append in the data directory's
-file system (what every acknowledged batch waits for), and one Produce at a time over a raw
-socket (tools.probes.request_cost: no client library timers in the figure).
+Beside them, the latency breakdown: a small durable append (`pwritev` with RWF_DSYNC, as the
+segment logs write a group) in the temporary directory's file system, beside every run (what
+every acknowledged batch waits for; it varies with the machine's load), and one Produce at a
+time over a raw socket (tools.probes.request_cost: no client library timers in the figure).
 
     python -m compat.bench_request_cpu [--quick] [--runs N] [--out DIR] [-- --tree PATH ...]
 """
@@ -295,16 +296,16 @@ def run_once(tree: Path, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def fsync_latency(directory: Path, count: int = 500, size: int = 200) -> dict[str, Any]:
-    """Append `size` bytes and fsync (as the segment logs do), `count` times: the wait
-    every acknowledged batch has, whatever the gateway does."""
+    """Append `size` bytes durably, `count` times, as a segment log writes a group (one
+    `pwritev` with RWF_DSYNC): the wait every acknowledged batch has, whatever the gateway
+    does."""
     times: list[float] = []
     fd, path = tempfile.mkstemp(prefix="bench-request-cpu-fsync-", dir=directory)
     try:
         block = b"x" * size
-        for _ in range(count):
+        for i in range(count):
             started = time.perf_counter()
-            os.write(fd, block)
-            os.fsync(fd)
+            os.pwritev(fd, [block], i * size, os.RWF_DSYNC)
             times.append(time.perf_counter() - started)
     finally:
         os.close(fd)
