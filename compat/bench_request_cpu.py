@@ -9,9 +9,10 @@ each, 100-byte records, acks=all, 8 partitions:
 
 * `produce-linger0`: a producer at `--rate0` records/s, linger 0 (about a request a record).
 * `produce-linger1`: `--rate` records/s, linger 1 ms (the 2k/s workload's shape).
-* `tail`: the same producer plus a consumer reading at the tail (a Fetch answered per durable
-  group). CPU per Fetch = (the phase's CPU - Produces x CPU per Produce of the phase before)
-  / Fetches.
+* `tail`: the linger-0 producer again plus a consumer reading at the tail (a long-poll Fetch
+  woken per durable group). CPU per Fetch = (the phase's CPU per second - Produces per second
+  x CPU per Produce of the linger-0 phase) / Fetches per second: a difference, so noisy when
+  the machine is busy (its rates come from each client's own samples).
 * `fetch-empty`: only a caught-up consumer with fetch.wait.max.ms=0: each Fetch finds nothing
   new, the cheapest read the path has.
 
@@ -277,12 +278,12 @@ def run_once(tree: Path, args: argparse.Namespace) -> dict[str, Any]:
             create_topic(gw.bootstrap, _TOPIC, _PARTITIONS)
             linger0 = _produce_phase(gw, args, 0, args.rate0, tail=False)
             linger1 = _produce_phase(gw, args, 1, args.rate, tail=False)
-            tail = _produce_phase(gw, args, 1, args.rate, tail=True)
+            tail = _produce_phase(gw, args, 0, args.rate0, tail=True)
             empty = _fetch_empty_phase(gw, args)
         finally:
             gw.stop()
     # What the Fetches cost: the phase's CPU less its Produces at the cost measured alone.
-    per_produce = linger1["cpu_ms_per_produce"]
+    per_produce = linger0["cpu_ms_per_produce"]
     tail.pop("cpu_ms_per_produce")
     if per_produce is not None and tail["fetches_per_s"]:
         spent = tail["cpu_per_s"] * 1000 - per_produce * tail["produces_per_s"]
@@ -324,7 +325,7 @@ def _median_of(runs: list[dict[str, Any]], phase: str, key: str) -> float | None
 _SUMMARY_KEYS = {
     "produce-linger0": ("cpu_ms_per_produce", "records_per_request", "p50_ms", "p99_ms"),
     "produce-linger1": ("cpu_ms_per_produce", "records_per_request", "p50_ms", "p99_ms"),
-    "tail": ("cpu_ms_per_fetch", "p50_ms", "p99_ms"),
+    "tail": ("cpu_ms_per_fetch", "fetches_per_s", "produces_per_s", "p50_ms", "p99_ms"),
     "fetch-empty": ("cpu_ms_per_fetch",),
 }
 
