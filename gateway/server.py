@@ -41,7 +41,7 @@ from gateway.handlers import (
 )
 from gateway.handlers import security as security_handlers
 from gateway.handlers.context import CLIENT_HOST, LISTENER, PRINCIPAL, GatewayContext
-from gateway.handlers.data import ProduceOutcome
+from gateway.handlers.data import Answered, ProduceOutcome
 from gateway.lean_stream import LeanSocketStream
 from gateway.limits.connections import ConnectionLimit
 from gateway.limits.quota import MUTE, Mute, with_quotas
@@ -405,6 +405,8 @@ class Gateway:
                                 # context variables: they keep a task of their own.)
                                 slot.pending = (header, awaitable)
                                 slot.done.set()
+                            elif isinstance(awaitable, Answered):  # a Fetch with data at hand
+                                self._fill_now(header, awaitable.response, slot)
                             else:
                                 nursery.start_soon(self._finish_request, pending, slot)
                 # Raised, not cancelled: the nursery cancels the requests and re-raises it.
@@ -595,6 +597,18 @@ class Gateway:
             log.exception("handler failed; closing the connection")
         slot.fill(None, close_connection=True)
         return None
+
+    def _fill_now(
+        self, header: RequestHeader, response: list[bytes | memoryview], slot: _ResponseSlot
+    ) -> None:
+        """Answer a request whose response the handler already had (no task of its own)."""
+        try:
+            payload = self._encode(header, response)
+        except Exception:
+            log.exception("handler failed; closing the connection")
+            slot.fill(None, close_connection=True)
+            return
+        slot.fill(payload)
 
     async def _finish_request(
         self, pending: tuple[RequestHeader, Awaitable[Any]], slot: _ResponseSlot
