@@ -58,7 +58,10 @@ _STATS_MS = 100
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--tree", action="append", type=Path, help="a checkout whose gateway runs (default .)"
+        "--tree",
+        action="append",
+        type=Path,
+        help="a checkout whose gateway runs (repeatable, default .; the last one is `latest`)",
     )
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=8.0, help="each phase's length")
@@ -385,6 +388,7 @@ def run(options: RunOptions) -> dict[str, Any]:
         "settings": {k: str(v) for k, v in vars(args).items()},
         "environment": environment(),
         "summary": summary,
+        "latest": summary[_label(trees[-1])],  # the last tree given: the headline figures
         "fsync": {"directory": tempfile.gettempdir(), "median_of_runs": fsync_summary},
         "fsync_runs": fsyncs,
         "runs": runs,

@@ -144,9 +144,9 @@ SCENARIOS: dict[str, Scenario] = {
         "compat.bench_request_cpu",
         "the gateway's CPU per small Produce and per Fetch, produce latency at 2k/s",
         (
-            ("CPU ms / Produce", "summary/this tree/produce-linger1/cpu_ms_per_produce", ".3f"),
-            ("CPU ms / Fetch", "summary/this tree/tail/cpu_ms_per_fetch", ".3f"),
-            ("2k/s p50 ms", "summary/this tree/produce-linger1/p50_ms", ".2f"),
+            ("CPU ms / Produce", "latest/produce-linger1/cpu_ms_per_produce", ".3f"),
+            ("CPU ms / empty Fetch", "latest/fetch-empty/cpu_ms_per_fetch", ".3f"),
+            ("2k/s p50 ms", "latest/produce-linger1/p50_ms", ".2f"),
         ),
     ),
     "wal": Scenario(
