@@ -480,14 +480,11 @@ class Gateway:
     ) -> None:
         payloads = [slot.payload for slot in out if slot.payload is not None]
         whole = [p for p in payloads if isinstance(p, bytes)]
-        if (
-            isinstance(stream, LeanSocketStream)  # one gathered send: nothing copied
-            or len(whole) < len(payloads)  # a large one, its prefix apart
-            or sum(map(len, whole)) > _COALESCE_BYTES  # a copy would cost more than sends
-        ):
-            await _send_framed(stream, payloads)
-        elif whole:  # small ones over TLS: joined, one record
-            await stream.send_all(b"".join(whole))
+        if len(whole) < len(payloads) or sum(map(len, whole)) > _COALESCE_BYTES:
+            await _send_framed(stream, payloads)  # large ones: gathered, nothing copied
+        elif whole:  # small ones joined, one send (one TLS record): a view per piece for
+            # a gathered send costs more than copying a few hundred bytes
+            await stream.send_all(whole[0] if len(whole) == 1 else b"".join(whole))
         for slot in out:
             if slot.close_connection:
                 raise _CloseConnection("protocol error")
@@ -664,9 +661,6 @@ async def _send_framed(stream: trio.abc.Stream, responses: list[Framed]) -> None
     """Send responses in order: gathered in one call on plain TCP; over TLS each response
     in one piece (many small pieces would each become a TLS record)."""
     if isinstance(stream, LeanSocketStream):
-        if len(responses) == 1 and isinstance(responses[0], bytes):  # one small answer
-            await stream.send_all(responses[0])
-            return
         await stream.send_all_buffers(
             [b for r in responses for b in ((r,) if isinstance(r, bytes) else r)]
         )
