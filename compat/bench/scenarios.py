@@ -146,7 +146,7 @@ SCENARIOS: dict[str, Scenario] = {
         (
             ("CPU ms / Produce", "latest/produce-linger1/cpu_ms_per_produce", ".3f"),
             ("CPU ms / empty Fetch", "latest/fetch-empty/cpu_ms_per_fetch", ".3f"),
-            ("2k/s p50 ms", "latest/produce-linger1/p50_ms", ".2f"),
+            ("durable append p50 ms", "fsync/median_of_runs/p50_ms", ".2f"),
         ),
     ),
     "wal": Scenario(
