@@ -255,6 +255,10 @@ class Store(Protocol):
         their bytes read in one worker-thread hop."""
         ...
 
+    def finish_reads_now(self, pending: Sequence[PendingRead]) -> list[ReadResult] | None:
+        """`finish_reads` without a wait when every batch is in memory; None otherwise."""
+        ...
+
 
 class Transactions(Protocol):
     """The transaction coordinator (core/txn). Methods answer Kafka error codes; those

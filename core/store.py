@@ -614,6 +614,11 @@ class StreamStore:
     async def allocate_producer_id(self) -> int:
         return await self.worker.call(self.metadata.next_counter, "producer_id")
 
+    def finish_reads_now(self, pending: Sequence[PendingRead]) -> list[ReadResult] | None:
+        planned = [p for p in pending if isinstance(p, reads.LocalRead)]
+        assert len(planned) == len(pending), "reads planned by another store"
+        return reads.finish_now(planned)  # the tail of the logs: no thread hop, no await
+
     async def finish_reads(self, pending: Sequence[PendingRead]) -> list[ReadResult]:
         planned = [p for p in pending if isinstance(p, reads.LocalRead)]
         assert len(planned) == len(pending), "reads planned by another store"

@@ -59,17 +59,17 @@ class LeanSocketStream(trio.abc.Stream):
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         await trio.lowlevel.checkpoint_if_cancelled()
-        with memoryview(data) as view:
-            sent = 0
-            while sent < len(view):
-                if self._closed:
-                    raise trio.ClosedResourceError("the stream is closed")
-                try:
-                    sent += self._sock.send(view[sent:])
-                except BlockingIOError:
-                    await trio.lowlevel.wait_writable(self._sock)
-                except OSError as exc:
-                    raise trio.BrokenResourceError(f"send failed: {exc}") from exc
+        sent = 0
+        total = len(data)
+        while sent < total:
+            if self._closed:
+                raise trio.ClosedResourceError("the stream is closed")
+            try:  # a view only for the rest of a partial send
+                sent += self._sock.send(memoryview(data)[sent:] if sent else data)
+            except BlockingIOError:
+                await trio.lowlevel.wait_writable(self._sock)
+            except OSError as exc:
+                raise trio.BrokenResourceError(f"send failed: {exc}") from exc
 
     async def send_all_buffers(self, buffers: list[bytes | memoryview]) -> None:
         """Send the buffers in order as one stream of bytes, gathered (`sendmsg`) so that

@@ -41,7 +41,7 @@ from gateway.handlers import (
 )
 from gateway.handlers import security as security_handlers
 from gateway.handlers.context import CLIENT_HOST, LISTENER, PRINCIPAL, GatewayContext
-from gateway.handlers.data import ProduceOutcome
+from gateway.handlers.data import Answered, ProduceOutcome
 from gateway.lean_stream import LeanSocketStream
 from gateway.limits.connections import ConnectionLimit
 from gateway.limits.quota import MUTE, Mute, with_quotas
@@ -405,6 +405,8 @@ class Gateway:
                                 # context variables: they keep a task of their own.)
                                 slot.pending = (header, awaitable)
                                 slot.done.set()
+                            elif isinstance(awaitable, Answered):  # a Fetch with data at hand
+                                self._fill_now(header, awaitable.response, slot)
                             else:
                                 nursery.start_soon(self._finish_request, pending, slot)
                 # Raised, not cancelled: the nursery cancels the requests and re-raises it.
@@ -478,14 +480,11 @@ class Gateway:
     ) -> None:
         payloads = [slot.payload for slot in out if slot.payload is not None]
         whole = [p for p in payloads if isinstance(p, bytes)]
-        if (
-            isinstance(stream, LeanSocketStream)  # one gathered send: nothing copied
-            or len(whole) < len(payloads)  # a large one, its prefix apart
-            or sum(map(len, whole)) > _COALESCE_BYTES  # a copy would cost more than sends
-        ):
-            await _send_framed(stream, payloads)
-        elif whole:  # small ones over TLS: joined, one record
-            await stream.send_all(b"".join(whole))
+        if len(whole) < len(payloads) or sum(map(len, whole)) > _COALESCE_BYTES:
+            await _send_framed(stream, payloads)  # large ones: gathered, nothing copied
+        elif whole:  # small ones joined, one send (one TLS record): a view per piece for
+            # a gathered send costs more than copying a few hundred bytes
+            await stream.send_all(whole[0] if len(whole) == 1 else b"".join(whole))
         for slot in out:
             if slot.close_connection:
                 raise _CloseConnection("protocol error")
@@ -596,6 +595,18 @@ class Gateway:
         slot.fill(None, close_connection=True)
         return None
 
+    def _fill_now(
+        self, header: RequestHeader, response: list[bytes | memoryview], slot: _ResponseSlot
+    ) -> None:
+        """Answer a request whose response the handler already had (no task of its own)."""
+        try:
+            payload = self._encode(header, response)
+        except Exception:
+            log.exception("handler failed; closing the connection")
+            slot.fill(None, close_connection=True)
+            return
+        slot.fill(payload)
+
     async def _finish_request(
         self, pending: tuple[RequestHeader, Awaitable[Any]], slot: _ResponseSlot
     ) -> None:
@@ -628,14 +639,19 @@ class Gateway:
 # A response is one buffer, or its size prefix and body pieces apart: prepending four
 # bytes to a large body would copy it whole (a Fetch response of megabytes), and a Fetch
 # response comes in pieces (its batches as read); a gathered send (`sendmsg`) writes them
-# all from where they are.
+# all from where they are. A small one in pieces (a caught-up Fetch: some fifty pieces of
+# framing) is joined instead: a view per piece and a long iovec cost several times the copy.
 Framed = bytes | tuple[bytes | memoryview, ...]
 _PREFIX_APART_BYTES = 64 * 1024
+_JOIN_PIECES_BELOW = 16 * 1024
 
 
 def _framed(payload: bytes | list[bytes | memoryview]) -> Framed:
     if isinstance(payload, list):
-        return (_SIZE.pack(sum(map(len, payload))), *payload)
+        size = sum(map(len, payload))
+        if size < _JOIN_PIECES_BELOW:
+            return b"".join((_SIZE.pack(size), *payload))
+        return (_SIZE.pack(size), *payload)
     if len(payload) >= _PREFIX_APART_BYTES:
         return _SIZE.pack(len(payload)), payload
     return _SIZE.pack(len(payload)) + payload

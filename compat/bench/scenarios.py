@@ -140,6 +140,15 @@ SCENARIOS: dict[str, Scenario] = {
             ("paced p99 ms", "paced/latency/p99_ms", ",.0f"),
         ),
     ),
+    "request-cpu": Scenario(
+        "compat.bench_request_cpu",
+        "the gateway's CPU per small Produce and per Fetch, produce latency at 2k/s",
+        (
+            ("CPU ms / Produce", "latest/produce-linger1/cpu_ms_per_produce", ".3f"),
+            ("CPU ms / empty Fetch", "latest/fetch-empty/cpu_ms_per_fetch", ".3f"),
+            ("durable append p50 ms", "fsync/median_of_runs/p50_ms", ".2f"),
+        ),
+    ),
     "wal": Scenario(
         "compat.bench_wal",
         "--wal object: write-ahead objects per second, takeover time over kill cycles",

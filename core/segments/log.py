@@ -696,6 +696,18 @@ _READ_THREADS = 8
 _read_limiter: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("tier1_reads")
 
 
+def read_recent(reads: Sequence[tuple[SegmentLog, int, int]]) -> list[bytes] | None:
+    """The bytes at (log, position, length) each when every one is among the recently
+    durable batches held in memory; None when any is not (then `read_many`)."""
+    out = []
+    for segment, position, length in reads:
+        hit = segment._recent.get(position)
+        if hit is None or len(hit) != length:
+            return None
+        out.append(bytes(hit))
+    return out
+
+
 async def read_many(reads: Sequence[tuple[SegmentLog, int, int]]) -> list[bytes]:
     """The bytes at (log, position, length) each, read off the event loop in one thread
     hop. LogTrimmed (raised before any read) if a position's file was trimmed.

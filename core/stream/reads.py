@@ -19,7 +19,7 @@ from ..metadata import ChunkSlice
 from ..partition import BatchLocation, Partition
 from ..recordbatch import batch_last_offset
 from ..segments.chunks import iter_batches
-from ..segments.log import LogTrimmed, read_many
+from ..segments.log import LogTrimmed, SegmentLog, read_many, read_recent
 
 if TYPE_CHECKING:
     from .stream import Stream
@@ -197,17 +197,30 @@ def plan(
     )
 
 
-async def finish(reads: Sequence[LocalRead]) -> list[ReadResult]:
-    """The results of planned reads, their bytes read in one worker-thread hop (none when
-    they are all recent). If a file was trimmed or closed since the plan, each is read
-    again on its own (tier 2 then)."""
-    wanted = [
+def finish_now(reads: Sequence[LocalRead]) -> list[ReadResult] | None:
+    """`finish` without a wait: the results when every batch is in memory (recently
+    durable), None when one must be read from a file."""
+    try:
+        data = read_recent(_wanted(reads))
+    except KeyError:  # a segment gone meanwhile: `finish` knows what to do
+        return None
+    return None if data is None else _results(reads, data)
+
+
+def _wanted(reads: Sequence[LocalRead]) -> list[tuple[SegmentLog, int, int]]:
+    return [
         (r.stream.segments[loc.segment_id], loc.position, loc.size)
         for r in reads
         for loc in r.locations
     ]
+
+
+async def finish(reads: Sequence[LocalRead]) -> list[ReadResult]:
+    """The results of planned reads, their bytes read in one worker-thread hop (none when
+    they are all recent). If a file was trimmed or closed since the plan, each is read
+    again on its own (tier 2 then)."""
     try:
-        data = await read_many(wanted)
+        data = await read_many(_wanted(reads))
     except (LogTrimmed, OSError, KeyError):  # a trim, topic delete or scale meanwhile
         return [
             await read(
@@ -215,6 +228,11 @@ async def finish(reads: Sequence[LocalRead]) -> list[ReadResult]:
             )
             for r in reads
         ]
+    return _results(reads, data)
+
+
+def _results(reads: Sequence[LocalRead], data: list[bytes]) -> list[ReadResult]:
+    """The planned reads' results, given their batches' bytes in plan order."""
     out = []
     at = 0
     for r in reads:

@@ -12,6 +12,7 @@ import trio
 from core.acl.model import Operation, ResourceType
 from core.api import (
     AppendResult,
+    PartitionView,
     PendingAppend,
     PendingRead,
     ReadResult,
@@ -212,21 +213,146 @@ def _with_extras(response: dict[str, Any], rewritten: Rewritten | None) -> dict[
     return response
 
 
-async def fetch(ctx: GatewayContext, header: RequestHeader, body: Any) -> list[bytes | memoryview]:
+class Answered:
+    """A response known when the handler returned (a Fetch whose batches were at hand): the
+    server sends it without a task of its own. Awaitable too, for wrappers of the handler."""
+
+    __slots__ = ("response",)
+
+    def __init__(self, response: list[bytes | memoryview]) -> None:
+        self.response = response
+
+    def __await__(self) -> Generator[Any, None, list[bytes | memoryview]]:
+        return _at_once(self.response).__await__()
+
+
+async def _at_once(response: list[bytes | memoryview]) -> list[bytes | memoryview]:
+    return response
+
+
+_Read = tuple[list[tuple[str | uuid.UUID, list[PartitionData]]], int, bool]
+_Watch = tuple[trio.Event, list[PartitionView]]
+
+
+def fetch(
+    ctx: GatewayContext, header: RequestHeader, body: Any
+) -> Answered | Awaitable[list[bytes | memoryview]]:
     """Read whole batches; long-poll until min_bytes arrive or max_wait passes. The answer
-    is the encoded response in pieces, the batches among them as read (no join)."""
+    is the encoded response in pieces, the batches among them as read (no join).
+
+    The first read is tried now, synchronously: when it is enough (or the wait is zero) and
+    its batches are all in memory, the answer is returned `Answered`, with no task or
+    thread hop. When it is not enough, the waiters go on the partitions in the same step,
+    so data that arrives before the returned coroutine starts still wakes it.
+    """
     max_wait_s = body.max_wait.total_seconds()
     max_bytes = getattr(body, "max_bytes", 0x7FFFFFFF)
     read_committed = getattr(body, "isolation_level", 0) == _READ_COMMITTED
     deadline = trio.current_time() + max(0.0, max_wait_s)
-    while True:
-        topics, total, has_error = await _read_fetch(ctx, body, max_bytes, read_committed)
+    first = _read_fetch_now(ctx, body, max_bytes, read_committed)
+    watching: _Watch | None = None
+    if first is not None:
+        topics, total, has_error = first
         if total >= body.min_bytes or has_error or trio.current_time() >= deadline:
-            break
-        if not await _wait_for_data(ctx, body, deadline):
+            version = header.api_version
+            return Answered(encode_fetch_response(header.correlation_id, version, topics))
+        watching = _watch(ctx, body)
+    return _fetch(ctx, header, body, max_bytes, read_committed, deadline, watching)
+
+
+async def _fetch(
+    ctx: GatewayContext,
+    header: RequestHeader,
+    body: Any,
+    max_bytes: int,
+    read_committed: bool,
+    deadline: float,
+    watching: _Watch | None,
+) -> list[bytes | memoryview]:
+    """The rest of `fetch`; `watching`: a first read found too little, its waiters set."""
+    while True:
+        if watching is None:
+            topics, total, has_error = await _read_fetch(ctx, body, max_bytes, read_committed)
+            if total >= body.min_bytes or has_error or trio.current_time() >= deadline:
+                break
+            watching = _watch(ctx, body)
+        woken = await _wait_for_data(watching, deadline)
+        watching = None
+        if not woken:
             topics, total, has_error = await _read_fetch(ctx, body, max_bytes, read_committed)
             break
     return encode_fetch_response(header.correlation_id, header.api_version, topics)
+
+
+def _read_fetch_now(
+    ctx: GatewayContext, body: Any, max_bytes: int, read_committed: bool
+) -> _Read | None:
+    """`_read_fetch` when it needs no wait: None if a batch is in tier 2 or only in a file."""
+    planned: list[tuple[PartitionData, PendingRead]] = []
+    read = _plan_fetch(ctx, body, max_bytes, read_committed, planned)
+    if read is None:
+        return None
+    topics, total, has_error = read
+    if planned:
+        results = ctx.store.finish_reads_now([pending for _, pending in planned])
+        if results is None:
+            return None
+        for (data, _), result in zip(planned, results, strict=True):
+            _fill(data, result, read_committed)
+            has_error = has_error or result.error != ErrorCode.NONE
+    return topics, total, has_error
+
+
+def _plan_fetch(
+    ctx: GatewayContext,
+    body: Any,
+    max_bytes: int,
+    read_committed: bool,
+    planned: list[tuple[PartitionData, PendingRead]],
+) -> _Read | None:
+    """Every partition's answer where it is known without reading, the tier-1 reads put in
+    `planned` (their sizes counted in the total); None if one needs a tier-2 read."""
+    topics = []
+    total = 0
+    has_error = False
+    for topic in body.topics:
+        key, stream = _fetch_topic(ctx, topic)
+        unknown = (
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            if isinstance(key, str)
+            else (ErrorCode.UNKNOWN_TOPIC_ID)
+        )
+        partitions = []
+        if stream is not None and not allowed(ctx, Operation.READ, ResourceType.TOPIC, stream.name):
+            denied = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            topics.append((key, [PartitionData(p.partition, denied) for p in topic.partitions]))
+            has_error = True
+            continue
+        for part in topic.partitions:
+            if stream is None:
+                partitions.append(PartitionData(part.partition, unknown))
+                has_error = True
+                continue
+            if not CLUSTER.is_local(stream.name, part.partition):  # another node leads it
+                partitions.append(PartitionData(part.partition, ErrorCode.NOT_LEADER_OR_FOLLOWER))
+                has_error = True
+                continue
+            budget = max(min(part.partition_max_bytes, max_bytes - total), 0)
+            args = (part.partition, part.fetch_offset, budget, total == 0, read_committed)
+            started = stream.plan_read(*args)
+            if started is None:
+                return None
+            data = PartitionData(part.partition)
+            partitions.append(data)
+            if not isinstance(started, ReadResult):
+                planned.append((data, started))
+                total += started.size
+                continue
+            _fill(data, started, read_committed)
+            has_error = has_error or started.error != ErrorCode.NONE
+            total += data.records_size
+        topics.append((key, partitions))
+    return topics, total, has_error
 
 
 async def _read_fetch(
@@ -300,8 +426,8 @@ def _fetch_topic(ctx: GatewayContext, topic: Any) -> tuple[str | uuid.UUID, Topi
     return topic.topic, ctx.store.get(topic.topic)
 
 
-async def _wait_for_data(ctx: GatewayContext, body: Any, deadline: float) -> bool:
-    """Wait until any fetched partition gets new data; False if the deadline passed."""
+def _watch(ctx: GatewayContext, body: Any) -> _Watch:
+    """An event set when any fetched partition gets new data, its waiters in place."""
     event = trio.Event()
     watched = []
     for topic in body.topics:
@@ -313,6 +439,12 @@ async def _wait_for_data(ctx: GatewayContext, body: Any, deadline: float) -> boo
                 partition = stream.partition(part.partition)
                 partition.add_waiter(event)
                 watched.append(partition)
+    return event, watched
+
+
+async def _wait_for_data(watching: _Watch, deadline: float) -> bool:
+    """Wait until the watched partitions get new data; False if the deadline passed."""
+    event, watched = watching
     try:
         with trio.move_on_at(deadline):
             await event.wait()

@@ -77,7 +77,12 @@ def _produce(inner: Handler) -> Handler:
 
 
 def _fetch(inner: Handler) -> Handler:
-    async def handler(ctx: GatewayContext, header: RequestHeader, body: Any) -> Response:
+    def handler(ctx: GatewayContext, header: RequestHeader, body: Any) -> Awaitable[Response]:
+        if ctx.quotas is None or not ctx.quotas.quotas:
+            return inner(ctx, header, body)  # no quota: no coroutine wrapped around it
+        return throttled(ctx, header, body)
+
+    async def throttled(ctx: GatewayContext, header: RequestHeader, body: Any) -> Response:
         response = await inner(ctx, header, body)
         if ctx.quotas is None or not ctx.quotas.quotas:
             return response
