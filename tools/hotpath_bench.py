@@ -92,6 +92,27 @@ def micro() -> dict[str, Any]:
             pass
 
     pieces = [b"p" * 100] * 200
+    one = build_batch([(None, value, [])], producer_id=7, base_sequence=0)
+    small = {
+        **body,
+        "topic_data": [{"name": "bench", "partition_data": [{"index": 0, "records": one}]}],
+    }
+    small_framed = encode_request(0, 9, 1, b"bench", small)
+    small_answer = {"responses": [{"name": "bench", "partition_responses": [{"index": 0}]}]}
+
+    def small_produce() -> None:
+        """What the listed modules do for a Produce of one 100-byte record: frame it, decode
+        it, check its batch, encode the answer (the header decode is not compiled)."""
+        decoder = FrameDecoder(1 << 20)
+        decoder.feed(small_framed)
+        request_frame = decoder.next_frame()
+        assert request_frame is not None
+        _, at = decode_header(request_frame)
+        request = decode_produce_request(request_frame, at, 9)
+        batches = request.topic_data[0].partition_data[0].records
+        assert batches is not None
+        split_batches(batches)
+        encode_produce_response(1, 9, small_answer)
 
     def gathered() -> None:
         views = views_of(pieces)
@@ -102,6 +123,7 @@ def micro() -> dict[str, Any]:
             left -= step
 
     ops: dict[str, Callable[[], object]] = {
+        "small_produce_path_1_record": small_produce,
         "produce_request_decode_4x4_batches": lambda: decode_produce_request(frame, pos, 9),
         "produce_response_encode_4_partitions": lambda: encode_produce_response(
             1, 9, produce_answer
