@@ -204,6 +204,7 @@ def gateway_cpu(mode: str, requests: int, warmup: int) -> dict[str, Any]:
             time.sleep(_IDLE_S)
             idle_rate = ((proc_cpu_seconds(pid) or 0.0) - idle0) / _IDLE_S
             log = gw.log_since_start().decode(errors="replace")
+            del producer  # closes it before the gateway stops (no reconnect attempts logged)
         finally:
             gw.stop()
     loaded = next((line for line in log.splitlines() if "hot path" in line), "")
