@@ -7,8 +7,9 @@ BIN := $(VENV)/bin
 # run`, and on top of them the extras that tests, lint, benchmarks and the matrix need.
 RUN_STAMP := $(VENV)/.installed-run
 TEST_STAMP := $(VENV)/.installed-test
+COMPILED_STAMP := $(VENV)/.installed-compiled
 
-.PHONY: run test lint bench bench-report compat clean kcat-installed postgresql-installed java-installed javac-installed mosquitto-installed chromium-installed
+.PHONY: run compiled test lint bench bench-report compat clean kcat-installed postgresql-installed java-installed javac-installed mosquitto-installed chromium-installed
 
 $(RUN_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,7 +20,16 @@ $(TEST_STAMP): $(RUN_STAMP) pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test,bench,bridge]'
 	touch $(TEST_STAMP)
 
-run: $(RUN_STAMP)
+# The hot path compiled with mypyc (hotpath/, docs/performance.md): rebuilt when a source
+# changed; without a C compiler it says so in one line and everything runs in pure Python.
+$(COMPILED_STAMP): $(RUN_STAMP) pyproject.toml
+	$(BIN)/pip install --quiet -e '.[compiled]'
+	touch $(COMPILED_STAMP)
+
+compiled: $(COMPILED_STAMP)
+	$(BIN)/python -m hotpath.build --if-needed
+
+run: $(RUN_STAMP) compiled
 	$(BIN)/streamgate serve
 
 # kcat is a Debian package; the tests drive it as a real client.
@@ -61,7 +71,7 @@ lint: $(TEST_STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-test: $(TEST_STAMP) kcat-installed postgresql-installed java-installed javac-installed mosquitto-installed chromium-installed lint
+test: $(TEST_STAMP) compiled kcat-installed postgresql-installed java-installed javac-installed mosquitto-installed chromium-installed lint
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=25 -m "not beside_kafka"
 
 # The long runs of whole tools against Apache Kafka too (the compatibility matrix and the
@@ -103,6 +113,7 @@ compat: $(TEST_STAMP) kcat-installed java-installed
 	$(BIN)/streamgate compat run --streamgate $(COMPAT_ARGS)
 
 clean:
+	-[ ! -x $(BIN)/python ] || $(BIN)/python -m hotpath.build --clean
 	rm -rf $(VENV) data .pytest_cache .hypothesis
 
 # The history checker's soak (harness/history/): 10 minutes of the mixed workload

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+import hotpath
 from admin.auth import AdminSecurity
 from admin.server import AdminServer
 from cli.acl_flags import AclSettings
@@ -177,6 +178,7 @@ async def serve(settings: Settings) -> None:
                         port,
                         settings.data_dir,
                     )
+                    log.info("%s", hotpath.describe())
                     async for signum in signals:
                         log.info("received %s, shutting down", signal.Signals(signum).name)
                         server_nursery.cancel_scope.cancel()

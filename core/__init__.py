@@ -1,0 +1,3 @@
+from hotpath import install_pure_hook
+
+install_pure_hook()  # before any compiled module of this package is imported

@@ -82,7 +82,13 @@ class Gateway(ManagedProcess):
         return cmd
 
     def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMGATE_")}
+        # ...except the switch to the pure-Python hot path, so that a whole test run can
+        # be repeated in that mode (docs/performance.md)
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("STREAMGATE_") or k == "STREAMGATE_PURE_PYTHON"
+        }
         env["PYTHONUNBUFFERED"] = "1"
         env.update(self.extra_env)
         return env
