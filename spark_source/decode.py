@@ -120,6 +120,10 @@ class ArrowColumns:
             if b < 0x80:
                 length = (b >> 1) ^ -(b & 1)
                 pos += 1
+            elif data[pos + 1] < 0x80:  # two bytes: lengths up to 8 KiB, deltas up to 8191
+                v = (b & 0x7F) | (data[pos + 1] << 7)
+                length = (v >> 1) ^ -(v & 1)
+                pos += 2
             else:
                 length, pos = _varint(data, pos)
             rec_end = pos + length
@@ -130,18 +134,30 @@ class ArrowColumns:
             if b < 0x80:
                 ts_delta = (b >> 1) ^ -(b & 1)
                 pos += 1
+            elif data[pos + 1] < 0x80:  # two bytes: lengths up to 8 KiB, deltas up to 8191
+                v = (b & 0x7F) | (data[pos + 1] << 7)
+                ts_delta = (v >> 1) ^ -(v & 1)
+                pos += 2
             else:
                 ts_delta, pos = _varint(data, pos)
             b = data[pos]
             if b < 0x80:
                 offset_delta = (b >> 1) ^ -(b & 1)
                 pos += 1
+            elif data[pos + 1] < 0x80:  # two bytes: lengths up to 8 KiB, deltas up to 8191
+                v = (b & 0x7F) | (data[pos + 1] << 7)
+                offset_delta = (v >> 1) ^ -(v & 1)
+                pos += 2
             else:
                 offset_delta, pos = _varint(data, pos)
             b = data[pos]
             if b < 0x80:
                 key_len = (b >> 1) ^ -(b & 1)
                 pos += 1
+            elif data[pos + 1] < 0x80:  # two bytes: lengths up to 8 KiB, deltas up to 8191
+                v = (b & 0x7F) | (data[pos + 1] << 7)
+                key_len = (v >> 1) ^ -(v & 1)
+                pos += 2
             else:
                 key_len, pos = _varint(data, pos)
             key_at = pos
@@ -154,6 +170,10 @@ class ArrowColumns:
             if b < 0x80:
                 value_len = (b >> 1) ^ -(b & 1)
                 pos += 1
+            elif data[pos + 1] < 0x80:  # two bytes: lengths up to 8 KiB, deltas up to 8191
+                v = (b & 0x7F) | (data[pos + 1] << 7)
+                value_len = (v >> 1) ^ -(v & 1)
+                pos += 2
             else:
                 value_len, pos = _varint(data, pos)
             value_at = pos
