@@ -37,8 +37,9 @@ _SECURED_HINT = (
 
 
 def leaders(gateway: str, topic: str, timeout_s: float, access: Access) -> dict[int, str]:
-    """partition -> "host:port" of its leader, from Metadata on `gateway` (one node: every
-    partition there); partitions without a known leader are left out."""
+    """partition -> "host:port" of its leader, from Metadata on `gateway`; partitions
+    without a known leader are left out, and so is everything on a single node (`gateway`
+    itself leads it all, and its advertised name may not be the one the executors use)."""
     body = {
         "topics": [{"name": topic}],
         "allow_auto_topic_creation": False,
@@ -51,6 +52,8 @@ def leaders(gateway: str, topic: str, timeout_s: float, access: Access) -> dict[
     except KafkaClientError as exc:
         raise StreamgateSourceError(f"Metadata on the gateway {gateway}: {exc}") from None
     brokers = {b.node_id: f"{b.host}:{b.port}" for b in response.brokers}
+    if len(brokers) <= 1:  # one node: the one asked, under the name the options give it
+        return {}
     out = {}
     for t in response.topics:
         for p in t.partitions:
