@@ -85,7 +85,7 @@ test-beside-kafka: $(TEST_STAMP) kcat-installed java-installed
 test-spark-source: $(TEST_STAMP) java-installed
 	STREAMGATE_SPARK_STREAM_TESTS=1 $(BIN)/python -m pytest -q --durations=10 \
 	  tests/system/test_spark_source.py tests/system/test_spark_source_secured.py \
-	  tests/system/test_spark_source_stream.py
+	  tests/system/test_spark_source_nodes.py tests/system/test_spark_source_stream.py
 
 # The benchmarks through one runner (docs/performance.md); results go to ./bench-results/
 # (or $STREAMGATE_RESULTS), not into the source tree. `make bench BENCH_ARGS=--quick`.

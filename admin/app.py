@@ -29,7 +29,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from admin.auth import AdminSecurity
-from admin.chunks import describe_chunks
+from admin.chunks import describe_chunks_everywhere
 from admin.compaction import describe_compaction
 from admin.describe import describe_stream, describe_tier, scale_answer, scale_stream
 from admin.moves import MOVE_TIMEOUT_S, move_segment
@@ -95,7 +95,7 @@ class AdminApi:
         """Where the topic's records are in tier 2: as good as reading them, so READ."""
         topic = request.path_params["topic"]
         await self.security.require(request, Operation.READ, topic)
-        return JSONResponse(describe_chunks(self.store, topic))
+        return JSONResponse(await describe_chunks_everywhere(self.store, topic))
 
     async def scale(self, request: Request) -> Response:
         topic = request.path_params["topic"]

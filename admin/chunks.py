@@ -12,6 +12,11 @@ it where everything is, as one JSON document taken from the node's in-memory ind
                                  byte start, byte length, max timestamp], ...],
                      "aborted": [[producer id, first offset, last offset], ...]}]}
 
+With several nodes a node knows only the partitions it leads in memory; for the others
+(`"leader": false`) the route reads the shared metadata store: their tier-2 slices, log
+start and aborted ranges, with `high_watermark` and `last_stable_offset` at their tier-2
+end (the tail is at their leader, which a reader asks through the Kafka protocol).
+
 Slices are in offset order; a slice may start below `log_start` (retention and
 DeleteRecords raise it inside a chunk): readers skip those offsets. Aborted ranges cover
 the whole partition (they are small: one entry per aborted transaction).
@@ -22,6 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.api import TopicError
+from core.cluster.view import CLUSTER
 from core.segments.objectstore import LocalFolderStore, ObjectStore, S3Store
 from core.store import StreamStore
 
@@ -90,3 +96,50 @@ def describe_chunks(store: StreamStore, name: str) -> dict[str, Any]:
         "tier2": describe_tier2(store.object_store),
         "partitions": partitions,
     }
+
+
+async def describe_chunks_everywhere(store: StreamStore, name: str) -> dict[str, Any]:
+    """describe_chunks, every partition covered on any node of several: each partition says
+    whether this node leads it, and those led elsewhere come from the metadata store."""
+    doc = describe_chunks(store, name)
+    elsewhere = {
+        p["partition"]: p for p in doc["partitions"] if not CLUSTER.is_local(name, p["partition"])
+    }
+    for p in doc["partitions"]:
+        p["leader"] = p["partition"] not in elsewhere
+    if not elsewhere:
+        return doc
+    chunks = await store.worker.call(store.metadata.load_chunks, name)
+    starts = await store.worker.call(store.metadata.load_log_starts, name)
+    aborted = await store.worker.call(store.metadata.load_aborted_txns, name)
+    found: dict[int, list[list[Any]]] = {index: [] for index in elsewhere}
+    for chunk in chunks:
+        for s in chunk.slices:
+            if s.partition in found:
+                found[s.partition].append(
+                    [
+                        chunk.object_key,
+                        s.first_offset,
+                        s.last_offset,
+                        s.byte_start,
+                        s.byte_length,
+                        s.max_timestamp,
+                    ]
+                )
+    for index, p in elsewhere.items():
+        slices = sorted(found[index], key=lambda s: int(s[1]))
+        log_start = int(starts.get(index, 0))
+        end = max([log_start, *(int(s[2]) + 1 for s in slices)])
+        p.update(
+            log_start=log_start,
+            high_watermark=end,
+            last_stable_offset=end,
+            tier2_end=end,
+            slices=slices,
+            aborted=[
+                [a.producer_id, a.first_offset, a.last_offset]
+                for a in aborted
+                if a.partition == index
+            ],
+        )
+    return doc

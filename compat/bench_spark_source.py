@@ -7,15 +7,24 @@ byte is in tier 2 (a folder) and tier 1 is trimmed, each topic is read from earl
 latest (count and sum of value lengths, so every record is decoded) with Spark local[N]
 for each `--cores` N, connector then native source, after a warm-up read of 20,000
 records through each. Reported per read: wall seconds,
-records/s, records/s per Spark core, and the gateway's CPU seconds during the read.
+records/s, records/s per Spark core, the Spark tasks of the read and the gateway's CPU
+seconds during the read; the results file also records the commit, the machine (cores,
+load average before and after) and the command.
 
     PYTHONPATH=. .venv/bin/python compat/bench_spark_source.py [--mib 256] [--cores 1 2]
+
+The replay of 1 GiB of history (about 15-25 minutes on a quiet 2-core machine; needs
+~2.5 GiB free under --dir):
+
+    PYTHONPATH=. .venv/bin/python compat/bench_spark_source.py --mib 1024 --cores 1 2 \
+        --partitions 1 8 --out compat/results/spark-source.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -28,6 +37,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from harness.gateway import Gateway
+from harness.provenance import provenance
 from spark_examples.session import build_session
 
 RECORD = 1024
@@ -54,7 +64,7 @@ def _produce(bootstrap: str, topic: str, partitions: int, mib: int) -> int:
                 break
             except BufferError:
                 producer.poll(0.05)
-    assert producer.flush(300) == 0
+    assert producer.flush(max(300, mib)) == 0
     return n
 
 
@@ -64,9 +74,11 @@ def _tier2_only(gw: Gateway, topic: str) -> bool:
     return all(p["tier2_end"] == p["high_watermark"] for p in doc["partitions"])
 
 
-def _read(spark: Any, gw: Gateway, topic: str, source: str, until: int = -1) -> tuple[int, int]:
-    """(records, value bytes) of a read from earliest to latest (or to offset `until` of
-    partition 0 only: the warm-up)."""
+def _read(
+    spark: Any, gw: Gateway, topic: str, source: str, until: int = -1
+) -> tuple[int, int, int]:
+    """(records, value bytes, Spark tasks) of a read from earliest to latest (or to offset
+    `until` of partition 0 only: the warm-up)."""
     if source == "kafka":
         options = {"kafka.bootstrap.servers": gw.bootstrap, "subscribe": topic}
     else:
@@ -78,8 +90,13 @@ def _read(spark: Any, gw: Gateway, topic: str, source: str, until: int = -1) -> 
             options.pop("subscribe")
             options["assign"] = json.dumps({topic: [0]})
     df = spark.read.format(source).options(**options).load()
+    tasks = df.rdd.getNumPartitions()
     row = df.selectExpr("count(*) AS n", "sum(length(value)) AS b").collect()[0]
-    return int(row.n), int(row.b or 0)
+    return int(row.n), int(row.b or 0), tasks
+
+
+def _load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,8 +105,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cores", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--partitions", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--out", type=Path, default=Path("bench-results/spark-source.json"))
+    ap.add_argument("--dir", type=Path, default=None, help="where the data goes (default: TMPDIR)")
     args = ap.parse_args(argv)
-    base = Path(tempfile.mkdtemp(prefix="bench-spark-source-"))
+    started = time.monotonic()
+    prov = provenance()
+    load_before = _load()
+    base = Path(tempfile.mkdtemp(prefix="bench-spark-source-", dir=args.dir))
     gw = Gateway(base / "data", base / "server.log", TIER_ARGS, metrics=True)
     gw.start_fresh()
     results: list[dict[str, Any]] = []
@@ -101,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             n = _produce(gw.bootstrap, topic, parts, args.mib)
             print(f"{topic}: {n} records in {time.monotonic() - t0:.1f} s", flush=True)
             topics[parts] = (topic, n)
-        deadline = time.monotonic() + 600
+        deadline = time.monotonic() + max(600, 2 * args.mib)
         while not all(_tier2_only(gw, t) for t, _ in topics.values()):
             if time.monotonic() > deadline:
                 raise RuntimeError("tier 2 did not catch up")
@@ -117,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
             for parts, (topic, n) in topics.items():
                 for source in ("kafka", "streamgate"):
                     cpu0, t0 = gw.cpu_seconds() or 0.0, time.monotonic()
-                    count, size = _read(spark, gw, topic, source)
+                    count, size, tasks = _read(spark, gw, topic, source)
                     wall = time.monotonic() - t0
                     cpu = (gw.cpu_seconds() or 0.0) - cpu0
                     assert count == n, (source, topic, count, n)
@@ -125,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
                         "source": source,
                         "spark_cores": cores,
                         "partitions": parts,
+                        "spark_tasks": tasks,
                         "records": count,
                         "mib": round(size / (1 << 20), 1),
                         "wall_s": round(wall, 2),
@@ -139,7 +161,15 @@ def main(argv: list[str] | None = None) -> int:
         gw.close()
         shutil.rmtree(base, ignore_errors=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"mib": args.mib, "results": results}, indent=1) + "\n")
+    # the machine's other work skews every figure: its load average goes with them
+    prov["machine"]["load_average"] = {"before": load_before, "after": _load()}
+    doc = {
+        "provenance": prov,
+        "mib": args.mib,
+        "total_s": round(time.monotonic() - started),
+        "results": results,
+    }
+    args.out.write_text(json.dumps(doc, indent=1) + "\n")
     return 0
 
 

@@ -35,6 +35,9 @@ class PartitionMap:
     tier2_end: int  # first offset not in tier 2: from here on, the Kafka protocol
     slices: tuple[SliceRef, ...]
     aborted: tuple[tuple[int, int, int], ...]  # (producer id, first offset, marker offset)
+    # the admin node leads it; if not (several nodes), the watermarks are its tier-2 end
+    # and the leader knows the rest
+    led_here: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +111,7 @@ def fetch_chunk_map(admin: str, topic: str, timeout_s: float, access: Access) ->
                 tier2_end=p["tier2_end"],
                 slices=tuple(SliceRef(*s) for s in p["slices"]),
                 aborted=tuple((a[0], a[1], a[2]) for a in p["aborted"]),
+                led_here=bool(p.get("leader", True)),
             )
             for p in doc["partitions"]
         ),

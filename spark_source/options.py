@@ -15,6 +15,7 @@ from .access import Access
 from .errors import StreamgateSourceError
 
 EARLIEST, LATEST = -2, -1
+DEFAULT_MIN_PARTITION_BYTES = 64 << 20
 # offsets per (topic, partition); a topic-level string "earliest"/"latest" is kept as such
 OffsetSpec = int | dict[str, dict[int, int]]
 
@@ -64,7 +65,9 @@ class ReadOptions:
     ending_timestamp: int | None = None
     include_headers: bool = False
     read_committed: bool = False
-    min_partition_bytes: int = 8 << 20
+    # each Spark task of a Python data source costs a fixed start-up (a worker round trip,
+    # the reader unpickled): fewer, larger tasks read faster per core
+    min_partition_bytes: int = DEFAULT_MIN_PARTITION_BYTES
     timeout_s: float = 30.0
     tier2_overrides: dict[str, str] = field(default_factory=dict)
     max_records_per_trigger: int | None = None
@@ -224,7 +227,9 @@ def parse_options(options: dict[str, str]) -> ReadOptions:
         include_headers=_bool("includeHeaders", lowered.get("includeheaders", "false")),
         read_committed=isolation == "read_committed",
         min_partition_bytes=_int(
-            "minPartitionBytes", lowered.get("minpartitionbytes", str(8 << 20)), 0
+            "minPartitionBytes",
+            lowered.get("minpartitionbytes", str(DEFAULT_MIN_PARTITION_BYTES)),
+            0,
         ),
         timeout_s=_int("timeoutMs", lowered.get("timeoutms", "30000"), 1) / 1000,
         tier2_overrides={k: v for k, v in lowered.items() if k.startswith(("s3.", "tier2."))},

@@ -10,7 +10,7 @@ covers offsets [start, end) of one partition and returns them in offset order.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .chunkmap import PartitionMap, SliceRef, TopicMap, fetch_chunk_map, list_topics
@@ -47,10 +47,29 @@ def resolve_topics(opts: ReadOptions) -> list[str]:
 
 
 def load_map(opts: ReadOptions, topic: str) -> TopicMap:
-    """The chunk map from the gateway, or with `metadata` from the metadata store."""
+    """The chunk map from the gateway, or with `metadata` from the metadata store. With
+    several nodes, the watermarks of partitions the admin node does not lead come from
+    their leaders (ListOffsets), so that their tails are read too."""
     if opts.metadata:
         return chunk_map_from(opts.metadata, topic)
-    return fetch_chunk_map(opts.admin, topic, opts.timeout_s, opts.access)
+    m = fetch_chunk_map(opts.admin, topic, opts.timeout_s, opts.access)
+    elsewhere = [p.partition for p in m.partitions if not p.led_here]
+    if not elsewhere:
+        return m
+    args = (opts.gateway, topic, elsewhere, -1, opts.timeout_s, opts.access)
+    tops = offsets_for_timestamp(*args)
+    stable = offsets_for_timestamp(*args, read_committed=True)
+    partitions = tuple(
+        p
+        if p.led_here
+        else replace(
+            p,
+            high_watermark=max(p.high_watermark, tops.get(p.partition, -1)),
+            last_stable_offset=max(p.last_stable_offset, stable.get(p.partition, -1)),
+        )
+        for p in m.partitions
+    )
+    return replace(m, partitions=partitions)
 
 
 def latest(p: PartitionMap, opts: ReadOptions) -> int:

@@ -7,8 +7,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from core.recordbatch import RecordBatchError, decode_records, iter_stored_batches
+from core.recordbatch import BatchHeader, RecordBatchError, iter_stored_batches, read_batch_header
 
+from .decode import ArrowColumns, DecodeError
 from .errors import StreamgateSourceError
 from .kafka import fetch_range
 from .objects import Tier2Reader
@@ -66,52 +67,25 @@ def task_batches(task: ReadTask, opts: ReadOptions) -> Iterator[bytes | memoryvi
 
 def read_task(task: ReadTask, opts: ReadOptions, arrow_schema: Any) -> Iterator[Any]:
     """Arrow record batches (pyarrow.RecordBatch) of the task's records."""
-    import pyarrow as pa
-
-    columns: list[list[Any]] = [[] for _ in arrow_schema.names]
-    key, value, topic, partition, offset, timestamp, ts_type = columns[:7]
-    headers = columns[7] if opts.include_headers else None
-
-    def flush() -> Any:
-        batch = pa.RecordBatch.from_arrays(
-            [pa.array(c, type=f.type) for c, f in zip(columns, arrow_schema, strict=True)],
-            schema=arrow_schema,
-        )
-        for c in columns:
-            c.clear()
-        return batch
-
-    for batch in _visible(task, opts, task_batches(task, opts)):
-        kind = (batch[21] >> 3) & 1  # attributes bit 3: the timestamp type
+    columns = ArrowColumns(task.topic, task.partition, task.start, task.end, opts.include_headers)
+    for header, batch in _visible(task, opts, task_batches(task, opts)):
         try:
-            records = decode_records(batch)
-        except Exception as exc:
+            columns.add(header, batch)
+        except DecodeError as exc:
             raise StreamgateSourceError(
-                f"{task.topic} partition {task.partition}: unreadable batch: {exc}"
+                f"{task.topic} partition {task.partition}: unreadable batch at offset "
+                f"{header.base_offset}: {exc}"
             ) from None
-        for r in records:
-            if not task.start <= r.offset < task.end:
-                continue
-            key.append(r.key)
-            value.append(r.value)
-            topic.append(task.topic)
-            partition.append(task.partition)
-            offset.append(r.offset)
-            timestamp.append(r.timestamp * 1000)
-            ts_type.append(kind)
-            if headers is not None:
-                headers.append([{"key": k, "value": v} for k, v in r.headers])
-        if len(offset) >= ROWS_PER_BATCH:
-            yield flush()
-    if offset:
-        yield flush()
+        if columns.rows >= ROWS_PER_BATCH:
+            yield columns.flush(arrow_schema)
+    if columns.rows:
+        yield columns.flush(arrow_schema)
 
 
 def _visible(
     task: ReadTask, opts: ReadOptions, batches: Iterable[bytes | memoryview]
-) -> Iterator[bytes | memoryview]:
-    from core.recordbatch import read_batch_header
-
+) -> Iterator[tuple[BatchHeader, bytes | memoryview]]:
+    """The data batches a consumer would see, with their headers."""
     for batch in batches:
         header = read_batch_header(batch)
         if header.last_offset < task.start:
@@ -126,4 +100,4 @@ def _visible(
             and _is_aborted(task.aborted, header.producer_id, header.base_offset)
         ):
             continue
-        yield batch
+        yield header, batch
