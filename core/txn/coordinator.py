@@ -299,25 +299,73 @@ class TransactionCoordinator:
             return ErrorCode.INVALID_TXN_STATE
 
     def check_produce(
-        self, transactional_id: str, topic: str, partition: int, records: bytes | memoryview | None
+        self,
+        transactional_id: str,
+        topic: str,
+        partition: int,
+        records: bytes | memoryview | None,
+        abortable: bool = False,
     ) -> int:
-        """May this transactional Produce append to the partition? (Its batches' producer
-        id and epoch must be the id's current ones, the partition in the open transaction.)
-        Several nodes: the coordinator may be another node, so as a Kafka 3.x leader this
-        one does not ask it; the partition's producer state still fences older epochs."""
-        if CLUSTER.enabled:
+        """May this transactional Produce append to the partition? KIP-890 part 1: only if
+        its batches' producer id and epoch are the id's current ones and the partition is in
+        the open transaction, so a write that lands after its transaction ended (a delayed
+        retry) is refused instead of opening a transaction nobody will end. The answer is
+        Kafka 3.8+'s: INVALID_PRODUCER_EPOCH for another epoch, and for a partition outside
+        the transaction TRANSACTION_ABORTABLE to clients that know it (`abortable`),
+        INVALID_TXN_STATE to older ones.
+        Several nodes: checked where this node coordinates the id; where another node does,
+        this leader does not ask it (the partition's producer state still fences older
+        epochs)."""
+        if CLUSTER.enabled and not self.coordinates(transactional_id):
             return ErrorCode.NONE
-        txn = self._txns.get(transactional_id)
         try:
             header = read_batch_header(records or b"")
         except RecordBatchError:
             return ErrorCode.NONE  # the append path answers a malformed batch
-        if txn is None or txn.producer_id != header.producer_id:
-            return ErrorCode.INVALID_PRODUCER_ID_MAPPING
-        if header.producer_epoch != txn.epoch:
+        error = self._verify(
+            self._txns.get(transactional_id),
+            header.producer_id,
+            header.producer_epoch,
+            (topic, partition),
+            abortable,
+        )
+        if error == ErrorCode.PRODUCER_FENCED:
             return ErrorCode.INVALID_PRODUCER_EPOCH
-        if txn.state != ONGOING or (topic, partition) not in txn.partitions:
-            return ErrorCode.INVALID_TXN_STATE
+        if error == ErrorCode.CONCURRENT_TRANSACTIONS:  # being ended: this write is too late
+            return ErrorCode.TRANSACTION_ABORTABLE if abortable else ErrorCode.INVALID_TXN_STATE
+        return error
+
+    def verify_partitions(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        partitions: list[tuple[str, int]],
+        abortable: bool,
+    ) -> dict[tuple[str, int], int]:
+        """AddPartitionsToTxn v4+ with verify_only: each partition's standing in the open
+        transaction (nothing is added), as Kafka's coordinator answers a leader."""
+        if not self.coordinates(transactional_id):
+            return dict.fromkeys(partitions, ErrorCode.NOT_COORDINATOR)
+        txn = self._txns.get(transactional_id)
+        return {tp: self._verify(txn, producer_id, epoch, tp, abortable) for tp in partitions}
+
+    def _verify(
+        self,
+        txn: TxnRecord | None,
+        producer_id: int,
+        epoch: int,
+        partition: tuple[str, int],
+        abortable: bool,
+    ) -> int:
+        if txn is None or txn.producer_id != producer_id:
+            return ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        if epoch != txn.epoch:
+            return ErrorCode.PRODUCER_FENCED
+        if txn.state in (PREPARE_COMMIT, PREPARE_ABORT):
+            return ErrorCode.CONCURRENT_TRANSACTIONS
+        if txn.state != ONGOING or partition not in txn.partitions:
+            return ErrorCode.TRANSACTION_ABORTABLE if abortable else ErrorCode.INVALID_TXN_STATE
         return ErrorCode.NONE
 
     # --- state machine ---------------------------------------------------------------------

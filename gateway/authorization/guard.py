@@ -223,7 +223,14 @@ def _add_partitions_to_txn(
     ctx: GatewayContext, header: RequestHeader, body: Any, inner: Handler
 ) -> Awaitable[Response]:
     """WRITE on the transactional id and on every topic, all or nothing: Kafka answers the
-    whole request, the topics it may write OPERATION_NOT_ATTEMPTED."""
+    whole request, the topics it may write OPERATION_NOT_ATTEMPTED. v4+ is the brokers'
+    batched form: CLUSTER_ACTION on the cluster, as Kafka asks."""
+    if header.api_version >= 4:
+        if allowed(ctx, Operation.CLUSTER_ACTION, CLUSTER, CLUSTER_NAME):
+            return inner(ctx, header, body)
+        return _done(
+            {"error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "results_by_transaction": []}
+        )
     topics = body.v3_and_below_topics
     codes: list[int]
     if not allowed(ctx, Operation.WRITE, TXN, body.v3_and_below_transactional_id):
