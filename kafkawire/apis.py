@@ -58,6 +58,7 @@ class ApiKey(IntEnum):
     LIST_TRANSACTIONS = 66
     CONSUMER_GROUP_HEARTBEAT = 68
     CONSUMER_GROUP_DESCRIBE = 69
+    DESCRIBE_TOPIC_PARTITIONS = 75
     SHARE_GROUP_HEARTBEAT = 76
     SHARE_GROUP_DESCRIBE = 77
     SHARE_FETCH = 78
@@ -89,7 +90,7 @@ class ApiSupport:
 
 SUPPORTED_APIS: dict[int, ApiSupport] = {
     ApiKey.PRODUCE: ApiSupport(0, 12, 9, accepted_min=3),  # v11: TRANSACTION_ABORTABLE
-    ApiKey.FETCH: ApiSupport(4, 17, 12),  # v13+: topic ids
+    ApiKey.FETCH: ApiSupport(4, 18, 12),  # v13+: topic ids
     ApiKey.LIST_OFFSETS: ApiSupport(1, 10, 6),  # v9: latest tiered, v10: timeout
     ApiKey.METADATA: ApiSupport(0, 13, 9),  # v13: top-level error code
     ApiKey.OFFSET_COMMIT: ApiSupport(2, 9, 8),  # v9: member epochs of consumer groups
@@ -112,6 +113,7 @@ SUPPORTED_APIS: dict[int, ApiSupport] = {
     ApiKey.ALTER_CONFIGS: ApiSupport(0, 2, 2),
     ApiKey.CREATE_PARTITIONS: ApiSupport(0, 3, 2),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: ApiSupport(0, 1, 1),
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS: ApiSupport(0, 0, 0),  # the Java admin's describeTopics
     ApiKey.DESCRIBE_CLUSTER: ApiSupport(0, 2, 0),  # v2: fenced brokers (none here)
     # Admin APIs answered by gateway/handlers/replicas.py (one node, one log dir).
     ApiKey.ALTER_REPLICA_LOG_DIRS: ApiSupport(1, 2, 2),

@@ -1,4 +1,4 @@
-"""Hand-written Fetch response encoder (v4-v17) for the hot read path.
+"""Hand-written Fetch response encoder (v4-v18) for the hot read path.
 
 v16+ only add tagged fields (a new leader's address, KIP-951), which one node never gives.
 

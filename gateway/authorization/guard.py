@@ -390,12 +390,14 @@ GUARDS: dict[int, Guard] = {key: partial(apply, rule) for key, rule in RULES.ite
     ApiKey.FIND_COORDINATOR: _find_coordinator,
     ApiKey.DESCRIBE_CLUSTER: _describe_cluster,
 }
-# Fetch and Metadata check inside their handlers (per topic, READ; DESCRIBE, CREATE for
-# auto-creation, KIP-430 fields); ApiVersions needs nothing; the SASL exchange comes before
-# any principal exists (gateway/security/sasl.py refuses everything else until it is done).
+# Fetch, Metadata and DescribeTopicPartitions check inside their handlers (per topic, READ;
+# DESCRIBE, CREATE for auto-creation, KIP-430 fields); ApiVersions needs nothing; the SASL
+# exchange comes before any principal exists (gateway/security/sasl.py refuses everything
+# else until it is done).
 UNGUARDED = {
     ApiKey.FETCH,
     ApiKey.METADATA,
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS,
     ApiKey.API_VERSIONS,
     ApiKey.SASL_HANDSHAKE,
     ApiKey.SASL_AUTHENTICATE,

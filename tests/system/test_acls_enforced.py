@@ -708,6 +708,32 @@ CASES = [
         GROUP_DENIED,
         _ok_unless(GROUP_DENIED),
     ),
+    Case(
+        "describe_topic_partitions",
+        75,
+        0,
+        lambda: {"topics": [{"name": TOPIC}], "response_partition_limit": 10},
+        lambda r: {int(t.error_code) for t in r.topics},
+        TOPIC_DENIED,
+    ),
+    Case(
+        "add_partitions_to_txn_batched",  # v4+: the brokers' form, CLUSTER_ACTION
+        24,
+        4,
+        lambda: {
+            "transactions": [
+                {
+                    "transactional_id": TXN,
+                    "producer_id": -1,
+                    "producer_epoch": -1,
+                    "verify_only": True,
+                    "topics": [{"name": TOPIC, "partitions": [0]}],
+                }
+            ]
+        },
+        lambda r: {int(r.error_code)},
+        CLUSTER_DENIED,
+    ),
 ]
 
 

@@ -195,7 +195,7 @@ def test_hostile_lengths_are_refused_before_allocating() -> None:
         decode_fetch_request(null_topics, len(_PREFIX), 4)
 
 
-@pytest.mark.parametrize("version", [0, 3, 18])
+@pytest.mark.parametrize("version", [0, 3, 19])
 def test_refuses_versions_it_does_not_know(version: int) -> None:
     with pytest.raises(ProtocolError):
         decode_fetch_request(_PREFIX + b"\x00" * 40, len(_PREFIX), version)
