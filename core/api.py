@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -304,6 +304,19 @@ class Transactions(Protocol):
     ) -> int:
         """Error code for a transactional Produce to this partition (NONE: go on).
         `abortable`: the client knows TRANSACTION_ABORTABLE (Produce v11+)."""
+        ...
+
+    def verified_append(
+        self,
+        transactional_id: str,
+        topic: str,
+        partition: int,
+        records: bytes | memoryview | None,
+        abortable: bool,
+        start: Callable[[], AppendResult | PendingAppend],
+    ) -> PendingAppend | None:
+        """Several nodes, the id coordinated elsewhere: `start` deferred until the
+        coordinator's committed record admits the write (None: start it now)."""
         ...
 
     def verify_partitions(

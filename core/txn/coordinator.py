@@ -52,6 +52,7 @@ from .state import (
     PREPARE_ABORT,
     PREPARE_COMMIT,
 )
+from .verified_append import VerifiedAppend
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +111,8 @@ class TransactionCoordinator:
         self._timers: dict[str, trio.CancelScope] = {}
         self._nursery: trio.Nursery | None = None
         self._stopping = trio.Event()
+        # (topic, partition, producer id) -> set once its last deferred write has started
+        self._verifying: dict[tuple[str, int, int], trio.Event] = {}
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Load every transactional id, finish or time out what was in flight, then keep
@@ -313,9 +316,8 @@ class TransactionCoordinator:
         Kafka 3.8+'s: INVALID_PRODUCER_EPOCH for another epoch, and for a partition outside
         the transaction TRANSACTION_ABORTABLE to clients that know it (`abortable`),
         INVALID_TXN_STATE to older ones.
-        Several nodes: checked where this node coordinates the id; where another node does,
-        this leader does not ask it (the partition's producer state still fences older
-        epochs)."""
+        Several nodes: checked here where this node coordinates the id; where another node
+        does, `verified_append` checks against the committed record."""
         if CLUSTER.enabled and not self.coordinates(transactional_id):
             return ErrorCode.NONE
         try:
@@ -329,11 +331,69 @@ class TransactionCoordinator:
             (topic, partition),
             abortable,
         )
+        return self._produce_error(error, abortable)
+
+    @staticmethod
+    def _produce_error(error: int, abortable: bool) -> int:
+        """The coordinator's verdict as a partition leader answers the Produce."""
         if error == ErrorCode.PRODUCER_FENCED:
             return ErrorCode.INVALID_PRODUCER_EPOCH
         if error == ErrorCode.CONCURRENT_TRANSACTIONS:  # being ended: this write is too late
             return ErrorCode.TRANSACTION_ABORTABLE if abortable else ErrorCode.INVALID_TXN_STATE
         return error
+
+    def verified_append(
+        self,
+        transactional_id: str,
+        topic: str,
+        partition: int,
+        records: bytes | memoryview | None,
+        abortable: bool,
+        start: Callable[[], AppendResult | PendingAppend],
+    ) -> VerifiedAppend | None:
+        """Several nodes, another node coordinating the id: the append `start` begins,
+        deferred until the id's committed record shows the partition in its open
+        transaction. None where no deferral is needed (one node, or this node coordinates
+        the id: `check_produce` decided; the producer's transaction is already open on the
+        partition, checked when it began; an unreadable batch, which the append refuses)."""
+        if not CLUSTER.enabled or self.coordinates(transactional_id):
+            return None
+        try:
+            header = read_batch_header(records or b"")
+        except RecordBatchError:
+            return None
+        producer_id, epoch = header.producer_id, header.producer_epoch
+        if self._holds_open(topic, partition, producer_id):
+            return None
+        key = (topic, partition, producer_id)
+        previous = self._verifying.get(key)
+        done = self._verifying[key] = trio.Event()
+
+        async def verify() -> int:
+            try:
+                if self._holds_open(topic, partition, producer_id):
+                    return ErrorCode.NONE  # the write before this one began it, verified
+                try:
+                    record = await self._worker.call(
+                        self._metadata.load_transaction, transactional_id
+                    )
+                except StoreError as exc:  # retriable for every client, as Kafka answers
+                    log.debug("verifying a write of %s: %s", transactional_id, exc)
+                    return ErrorCode.NOT_ENOUGH_REPLICAS
+                error = self._verify(record, producer_id, epoch, (topic, partition), abortable)
+                return self._produce_error(error, abortable)
+            finally:
+                if self._verifying.get(key) is done:
+                    del self._verifying[key]
+
+        return VerifiedAppend(verify, start, previous, done)
+
+    def _holds_open(self, topic: str, partition: int, producer_id: int) -> bool:
+        stream = self._store.streams.get(topic)
+        if stream is None or not stream.has_partition(partition):
+            return False
+        txns = stream.partition(partition).txns
+        return txns is not None and producer_id in txns.ongoing
 
     def verify_partitions(
         self,

@@ -91,6 +91,13 @@ def produce(
                         started[key] = AppendResult(rewritten.error, message=rewritten.message)
                         continue
                     records = rewritten.records
+                if txn_id is not None and (
+                    deferred := _verified_append(
+                        ctx, header, txn_id, stream, part.index, records, acks
+                    )
+                ):
+                    started[key] = deferred
+                    continue
                 # acks=0 is never answered, yet the request settles only once durable:
                 # a later request on the connection must see these records (as on Kafka).
                 started[key] = stream.start_append(
@@ -106,6 +113,28 @@ def _check_transactional(
     (v11+ clients know TRANSACTION_ABORTABLE)."""
     assert ctx.transactions is not None
     return ctx.transactions.check_produce(txn_id, topic, index, records, version >= 11)
+
+
+def _verified_append(
+    ctx: GatewayContext,
+    header: RequestHeader,
+    txn_id: str,
+    stream: Topic,
+    index: int,
+    records: Any,
+    acks: int,
+) -> PendingAppend | None:
+    """Several nodes: a transactional write the coordinator (another node) must admit
+    first, deferred; None to append now."""
+    assert ctx.transactions is not None
+    return ctx.transactions.verified_append(
+        txn_id,
+        stream.name,
+        index,
+        records,
+        header.api_version >= 11,
+        lambda: stream.start_append(index, records, acks or -1, transactional=True),
+    )
 
 
 def _now_ms() -> int:

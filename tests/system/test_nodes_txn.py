@@ -200,3 +200,45 @@ def test_a_transaction_open_across_a_segment_move_aborts_whole(cluster: NodesClu
     producer.commit_transaction(30)
     read = _read_committed(cluster, topic, len(after), 30)
     assert sorted(read) == sorted(after)
+
+
+def test_a_late_write_to_another_nodes_partition_is_refused(cluster: NodesCluster) -> None:
+    """KIP-890 part 1 across nodes: node 1 coordinates the id, node 2 leads the partition
+    and checks a transaction's first write there against the committed record."""
+    from support.client import RawClient
+    from system.test_txn_protocol import _add, _end, _init, _txn_batch
+    from system.test_txn_verification import _offset, _produce
+
+    topic = _topic(cluster)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    meta = admin.list_topics(topic, timeout=10).topics[topic].partitions
+    part = next(p for p, m in meta.items() if m.leader == 2)
+    tid = _id_on(1, "late")
+    with (
+        RawClient(cluster.bootstraps[0]) as coordinator,
+        RawClient(cluster.bootstraps[1]) as leader,
+    ):
+        init = _init(coordinator, tid)
+        pid = init.producer_id
+        assert _add(coordinator, tid, pid, 0, topic, part) == [0]
+        first = _txn_batch(pid, 0, 0, [b"a"])
+        assert _produce(leader, 11, tid, topic, part, first).error_code == 0
+        assert _produce(leader, 11, tid, topic, part, _txn_batch(pid, 0, 1, [b"b"])).error_code == 0
+        assert _end(coordinator, tid, pid, 0, commit=False) == 0
+        wait_until(lambda: _offset(leader, topic, part, -1, isolation=1) == 3, 15)
+
+        late = _txn_batch(pid, 0, 2, [b"late"])
+        assert _produce(leader, 11, tid, topic, part, late).error_code == 120  # abortable
+        assert _produce(leader, 9, tid, topic, part, late).error_code == 48  # INVALID_TXN_STATE
+        assert (
+            _produce(leader, 11, tid, topic, part, _txn_batch(pid, 1, 0, [b"x"])).error_code == 47
+        )
+        assert _offset(leader, topic, part, -1) == 3
+        assert _offset(leader, topic, part, -1, isolation=1) == 3  # nothing left open
+
+        assert _add(coordinator, tid, pid, 0, topic, part) == [0]
+        again = _txn_batch(pid, 0, 2, [b"c"])
+        assert _produce(leader, 12, tid, topic, part, again).error_code == 0
+        assert _offset(leader, topic, part, -1, isolation=1) == 3
+        assert _end(coordinator, tid, pid, 0, commit=True) == 0
+        wait_until(lambda: _offset(leader, topic, part, -1, isolation=1) == 5, 15)
