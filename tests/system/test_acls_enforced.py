@@ -403,6 +403,39 @@ CASES = [
         CLUSTER_DENIED,
     ),
     Case(
+        "describe_configs_group",
+        32,
+        4,
+        lambda: {
+            "resources": [{"resource_type": 32, "resource_name": GROUP, "configuration_keys": None}]
+        },
+        lambda r: {int(x.error_code) for x in r.results},
+        GROUP_DENIED,
+    ),
+    Case(
+        "incremental_alter_configs_group",
+        44,
+        1,
+        lambda: {
+            "resources": [
+                {
+                    "resource_type": 32,
+                    "resource_name": GROUP,
+                    "configs": [
+                        {
+                            "name": "consumer.heartbeat.interval.ms",
+                            "config_operation": 0,
+                            "value": "6000",
+                        }
+                    ],
+                }
+            ],
+            "validate_only": True,
+        },
+        lambda r: {int(x.error_code) for x in r.responses},
+        GROUP_DENIED,
+    ),
+    Case(
         "alter_configs",
         33,
         2,
