@@ -362,6 +362,8 @@ async def _serve_tcp(
     _warn_unauthenticated(setups, settings.ssl_client_auth)
     task_status.started(main_sockets)
     async with trio.open_nursery() as serving:
+        if settings.multi_node:  # group configs altered through other nodes
+            serving.start_soon(ctx.group_configs.refresh_every, 1.0)
         for setup, (listener, sockets) in zip(setups, opened, strict=True):
             if settings.listeners is not None:
                 log.info(

@@ -315,8 +315,8 @@ class Transactions(Protocol):
         abortable: bool,
         start: Callable[[], AppendResult | PendingAppend],
     ) -> PendingAppend | None:
-        """Several nodes, the id coordinated elsewhere: `start` deferred until the
-        coordinator's committed record admits the write (None: start it now)."""
+        """Several nodes: `start` deferred until the transactional id's committed record
+        admits the write (None: start it now)."""
         ...
 
     def verify_partitions(

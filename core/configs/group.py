@@ -8,7 +8,9 @@ checked against Kafka 4.1's default bounds (group.consumer.min/max.session.timeo
 the like): out of bounds or of the wrong type is INVALID_CONFIG, an unknown name too.
 
 They are kept in the metadata store's `broker_configs` table under the resource
-"group:<id>" (no broker resource is named so: those are node ids or ""), loaded at start.
+"group:<id>" (no broker resource is named so: those are node ids or ""), loaded at start;
+with several nodes each node reloads them every second (`refresh_every`), so a change made
+through one node reaches the coordinator of the group on another.
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import trio
+
+from ..api import StoreError
 from ..errors import ErrorCode
 from .topic_defs import AlterOp, ConfigEntry, ConfigError, ConfigSource, ConfigType
 
@@ -167,11 +172,17 @@ class GroupConfigs:
 
     def load(self) -> None:
         """Read every group's configs (at start, before serving)."""
-        if self._store is None:
-            return
-        for resource, configs in self._store.load_broker_configs().items():
-            if resource.startswith(RESOURCE_PREFIX):
-                self.overrides[resource[len(RESOURCE_PREFIX) :]] = dict(configs)
+        if self._store is not None:
+            self.overrides = _groups(self._store.load_broker_configs())
+
+    async def refresh_every(self, seconds: float) -> None:
+        """Several nodes: reload every group's configs each `seconds` (others alter them)."""
+        while self._store is not None:
+            await trio.sleep(seconds)
+            try:
+                self.overrides = _groups(await self._offload(self._store.load_broker_configs))
+            except StoreError:  # the database is away: the next round
+                continue
 
     def value(self, group_id: str, name: str) -> str:
         own = self.overrides.get(group_id)
@@ -210,3 +221,12 @@ class GroupConfigs:
             self.overrides[group_id] = new
         else:
             self.overrides.pop(group_id, None)
+
+
+def _groups(stored: Mapping[str, Mapping[str, str]]) -> dict[str, dict[str, str]]:
+    """The group resources among the stored ones, by group id."""
+    return {
+        resource[len(RESOURCE_PREFIX) :]: dict(configs)
+        for resource, configs in stored.items()
+        if resource.startswith(RESOURCE_PREFIX)
+    }

@@ -316,9 +316,9 @@ class TransactionCoordinator:
         Kafka 3.8+'s: INVALID_PRODUCER_EPOCH for another epoch, and for a partition outside
         the transaction TRANSACTION_ABORTABLE to clients that know it (`abortable`),
         INVALID_TXN_STATE to older ones.
-        Several nodes: checked here where this node coordinates the id; where another node
-        does, `verified_append` checks against the committed record."""
-        if CLUSTER.enabled and not self.coordinates(transactional_id):
+        Several nodes: `verified_append` checks against the committed record instead (this
+        node's copy may be a moment behind when the id has just come back to it)."""
+        if CLUSTER.enabled:
             return ErrorCode.NONE
         try:
             header = read_batch_header(records or b"")
@@ -351,12 +351,12 @@ class TransactionCoordinator:
         abortable: bool,
         start: Callable[[], AppendResult | PendingAppend],
     ) -> VerifiedAppend | None:
-        """Several nodes, another node coordinating the id: the append `start` begins,
-        deferred until the id's committed record shows the partition in its open
-        transaction. None where no deferral is needed (one node, or this node coordinates
-        the id: `check_produce` decided; the producer's transaction is already open on the
+        """Several nodes: the append `start` begins, deferred until the id's committed record
+        (the metadata store is the arbiter, whichever node coordinates the id) shows the
+        partition in its open transaction. None where no deferral is needed (one node:
+        `check_produce` decided; the producer's transaction is already open on the
         partition, checked when it began; an unreadable batch, which the append refuses)."""
-        if not CLUSTER.enabled or self.coordinates(transactional_id):
+        if not CLUSTER.enabled:
             return None
         try:
             header = read_batch_header(records or b"")

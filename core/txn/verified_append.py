@@ -1,8 +1,8 @@
 """A transactional append that starts only once the transaction's coordinator agrees.
 
-Several nodes: the partition's leader may not coordinate the transactional id, so it cannot
-check a transactional write against the open transaction synchronously (the record is in
-the metadata store). Only a producer's first write to a partition in a transaction needs the
+Several nodes: the transactional id's committed record, which the partition's leader checks
+a transactional write against, is in the metadata store, so the check cannot be made
+synchronously. Only a producer's first write to a partition in a transaction needs the
 check (later ones find its transaction open there, as Kafka's verification guard); that one
 is deferred: the record is loaded, the write refused or appended. Writes of one producer to
 one partition stay in order: each deferred one starts after the one before it.

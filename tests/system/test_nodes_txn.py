@@ -4,7 +4,8 @@ reach them through the metadata store. A transaction commits or aborts across th
 when the coordinator freezes in the middle of transactions, another node takes the ids
 over: a producer that lives on commits there, and a transaction whose producer died too
 is aborted there when its timeout passes. read_committed sees all of a committed transaction,
-nothing of an aborted one, and the partitions never stay blocked behind one."""
+nothing of an aborted one, and the partitions never stay blocked behind one. (Also: a group
+config set through one node reaches the others.)"""
 
 from __future__ import annotations
 
@@ -242,3 +243,23 @@ def test_a_late_write_to_another_nodes_partition_is_refused(cluster: NodesCluste
         assert _offset(leader, topic, part, -1, isolation=1) == 3
         assert _end(coordinator, tid, pid, 0, commit=True) == 0
         wait_until(lambda: _offset(leader, topic, part, -1, isolation=1) == 5, 15)
+
+
+def test_a_group_config_set_through_one_node_reaches_the_others(cluster: NodesCluster) -> None:
+    """Per-group configs live in the metadata store; every node reloads them each second."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    group = f"cfg-{uuid.uuid4().hex[:8]}"
+    entry = ConfigEntry(
+        "consumer.heartbeat.interval.ms", "7000", incremental_operation=AlterConfigOpType.SET
+    )
+    first = AdminClient({"bootstrap.servers": cluster.bootstraps[0]})
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[entry])
+    first.incremental_alter_configs([resource])[resource].result(15)
+    last = AdminClient({"bootstrap.servers": cluster.bootstraps[2]})
+
+    def described() -> str:
+        wanted = ConfigResource(ResourceType.GROUP, group)
+        return last.describe_configs([wanted])[wanted].result(15)[entry.name].value
+
+    wait_until(lambda: described() == "7000", 10)
