@@ -22,6 +22,15 @@ from core.acl.authorizer import Authorizer
 from core.acl.quotas import ClientQuotas
 from core.compaction import CompactionSettings
 from core.configs.broker import DynamicBrokerConfigs
+from core.configs.group import (
+    CONSUMER_HEARTBEAT_INTERVAL,
+    CONSUMER_SESSION_TIMEOUT,
+    SHARE_AUTO_OFFSET_RESET,
+    SHARE_HEARTBEAT_INTERVAL,
+    SHARE_RECORD_LOCK_DURATION,
+    SHARE_SESSION_TIMEOUT,
+    GroupConfigs,
+)
 from core.credentials import Credentials, CredentialStore
 from core.groups import GroupCoordinator, GroupSettings
 from core.groups.consumer_coordinator import ConsumerGroupSettings
@@ -349,11 +358,14 @@ async def _serve_tcp(
     ctx.quotas = ClientQuotas(settings.acl.quotas, store.metadata, store.worker.call)
     ctx.quotas.load()
     ctx.dynamic_configs = _dynamic_configs(settings, store, groups, ctx)
+    ctx.group_configs = _group_configs(settings, store, groups, shares)
     ctx.authorizer = authorizer
     gateway = Gateway(ctx, server_settings)
     _warn_unauthenticated(setups, settings.ssl_client_auth)
     task_status.started(main_sockets)
     async with trio.open_nursery() as serving:
+        if settings.multi_node:  # group configs altered through other nodes
+            serving.start_soon(ctx.group_configs.refresh_every, 1.0)
         for setup, (listener, sockets) in zip(setups, opened, strict=True):
             if settings.listeners is not None:
                 log.info(
@@ -447,6 +459,34 @@ def _dynamic_configs(
     if any(stored.values()):
         log.info("dynamic broker configs loaded: %s", stored)
     return dynamic
+
+
+def _group_configs(
+    settings: Settings,
+    store: StreamStore,
+    groups: GroupCoordinator,
+    shares: ShareCoordinator | None,
+) -> GroupConfigs:
+    """Per-group configs (loaded now), read by the consumer and share group coordinators;
+    a group without its own takes the serve options."""
+    consumer = groups.settings.consumer
+    configs = GroupConfigs(
+        store.metadata,
+        store.worker.call,
+        {
+            CONSUMER_SESSION_TIMEOUT: str(round(consumer.session_timeout * 1000)),
+            CONSUMER_HEARTBEAT_INTERVAL: str(round(consumer.heartbeat_interval * 1000)),
+            SHARE_SESSION_TIMEOUT: str(settings.share.session_timeout_ms),
+            SHARE_HEARTBEAT_INTERVAL: str(settings.share.heartbeat_interval_ms),
+            SHARE_RECORD_LOCK_DURATION: str(settings.share.record_lock_ms),
+            SHARE_AUTO_OFFSET_RESET: settings.share.auto_offset_reset,
+        },
+    )
+    configs.load()
+    groups.consumer.group_configs = configs
+    if shares is not None:
+        shares.group_configs = configs
+    return configs
 
 
 def _warn_unauthenticated(setups: list[ListenerSetup], client_auth: str) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -299,9 +299,40 @@ class Transactions(Protocol):
     ) -> int: ...
 
     def check_produce(
-        self, transactional_id: str, topic: str, partition: int, records: bytes | memoryview | None
+        self,
+        transactional_id: str,
+        topic: str,
+        partition: int,
+        records: bytes | memoryview | None,
+        abortable: bool = False,
     ) -> int:
-        """Error code for a transactional Produce to this partition (NONE: go on)."""
+        """Error code for a transactional Produce to this partition (NONE: go on).
+        `abortable`: the client knows TRANSACTION_ABORTABLE (Produce v11+)."""
+        ...
+
+    def verified_append(
+        self,
+        transactional_id: str,
+        topic: str,
+        partition: int,
+        records: bytes | memoryview | None,
+        abortable: bool,
+        start: Callable[[], AppendResult | PendingAppend],
+    ) -> PendingAppend | None:
+        """Several nodes: `start` deferred until the transactional id's committed record
+        admits the write (None: start it now)."""
+        ...
+
+    def verify_partitions(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        partitions: list[tuple[str, int]],
+        abortable: bool,
+    ) -> dict[tuple[str, int], int]:
+        """AddPartitionsToTxn v4+ with verify_only: per partition, is it in the open
+        transaction of this producer id and epoch? Nothing is added."""
         ...
 
 

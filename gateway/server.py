@@ -37,6 +37,7 @@ from gateway.handlers import (
     replicas,
     share,
     share_admin,
+    topic_partitions,
     txn,
 )
 from gateway.handlers import security as security_handlers
@@ -104,6 +105,7 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.CREATE_PARTITIONS: cluster.create_partitions,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: configs.incremental_alter_configs,
     ApiKey.DESCRIBE_CLUSTER: cluster.describe_cluster,
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS: topic_partitions.describe_topic_partitions,
     ApiKey.ALTER_REPLICA_LOG_DIRS: replicas.alter_replica_log_dirs,
     ApiKey.DESCRIBE_LOG_DIRS: replicas.describe_log_dirs,
     ApiKey.ELECT_LEADERS: replicas.elect_leaders,

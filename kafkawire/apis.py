@@ -58,6 +58,7 @@ class ApiKey(IntEnum):
     LIST_TRANSACTIONS = 66
     CONSUMER_GROUP_HEARTBEAT = 68
     CONSUMER_GROUP_DESCRIBE = 69
+    DESCRIBE_TOPIC_PARTITIONS = 75
     SHARE_GROUP_HEARTBEAT = 76
     SHARE_GROUP_DESCRIBE = 77
     SHARE_FETCH = 78
@@ -88,13 +89,13 @@ class ApiSupport:
 
 
 SUPPORTED_APIS: dict[int, ApiSupport] = {
-    ApiKey.PRODUCE: ApiSupport(0, 9, 9, accepted_min=3),
-    ApiKey.FETCH: ApiSupport(4, 15, 12),  # v13+: topic ids
-    ApiKey.LIST_OFFSETS: ApiSupport(1, 8, 6),
-    ApiKey.METADATA: ApiSupport(0, 12, 9),
+    ApiKey.PRODUCE: ApiSupport(0, 12, 9, accepted_min=3),  # v11: TRANSACTION_ABORTABLE
+    ApiKey.FETCH: ApiSupport(4, 18, 12),  # v13+: topic ids
+    ApiKey.LIST_OFFSETS: ApiSupport(1, 10, 6),  # v9: latest tiered, v10: timeout
+    ApiKey.METADATA: ApiSupport(0, 13, 9),  # v13: top-level error code
     ApiKey.OFFSET_COMMIT: ApiSupport(2, 9, 8),  # v9: member epochs of consumer groups
     ApiKey.OFFSET_FETCH: ApiSupport(1, 9, 6),  # v8: several groups, v9: member epochs
-    ApiKey.FIND_COORDINATOR: ApiSupport(0, 4, 3),  # v4: several keys
+    ApiKey.FIND_COORDINATOR: ApiSupport(0, 5, 3),  # v4: several keys
     ApiKey.JOIN_GROUP: ApiSupport(0, 9, 6),  # v8: reason, v9: skip_assignment (never set)
     ApiKey.HEARTBEAT: ApiSupport(0, 4, 4),
     ApiKey.LEAVE_GROUP: ApiSupport(0, 5, 4),  # v5: reason
@@ -105,14 +106,15 @@ SUPPORTED_APIS: dict[int, ApiSupport] = {
     ApiKey.CREATE_TOPICS: ApiSupport(2, 7, 5),  # v7: topic id
     ApiKey.DELETE_TOPICS: ApiSupport(1, 6, 4),  # v6: by topic id
     ApiKey.DELETE_RECORDS: ApiSupport(0, 2, 2),
-    ApiKey.INIT_PRODUCER_ID: ApiSupport(0, 4, 2),
+    ApiKey.INIT_PRODUCER_ID: ApiSupport(0, 5, 2),
     ApiKey.DELETE_GROUPS: ApiSupport(0, 2, 2),
     ApiKey.OFFSET_DELETE: ApiSupport(0, 0, 99),  # never flexible
     ApiKey.DESCRIBE_CONFIGS: ApiSupport(1, 4, 4),
     ApiKey.ALTER_CONFIGS: ApiSupport(0, 2, 2),
     ApiKey.CREATE_PARTITIONS: ApiSupport(0, 3, 2),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: ApiSupport(0, 1, 1),
-    ApiKey.DESCRIBE_CLUSTER: ApiSupport(0, 1, 0),
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS: ApiSupport(0, 0, 0),  # the Java admin's describeTopics
+    ApiKey.DESCRIBE_CLUSTER: ApiSupport(0, 2, 0),  # v2: fenced brokers (none here)
     # Admin APIs answered by gateway/handlers/replicas.py (one node, one log dir).
     ApiKey.ALTER_REPLICA_LOG_DIRS: ApiSupport(1, 2, 2),
     ApiKey.DESCRIBE_LOG_DIRS: ApiSupport(1, 4, 2),
@@ -123,13 +125,15 @@ SUPPORTED_APIS: dict[int, ApiSupport] = {
     ApiKey.DESCRIBE_ACLS: ApiSupport(1, 3, 2),
     ApiKey.CREATE_ACLS: ApiSupport(1, 3, 2),
     ApiKey.DELETE_ACLS: ApiSupport(1, 3, 2),
-    # Transactions (gateway/handlers/txn.py, core/txn): Kafka 3.5's versions.
-    ApiKey.ADD_PARTITIONS_TO_TXN: ApiSupport(0, 3, 3),
-    ApiKey.ADD_OFFSETS_TO_TXN: ApiSupport(0, 3, 3),
-    ApiKey.END_TXN: ApiSupport(0, 3, 3),
-    ApiKey.TXN_OFFSET_COMMIT: ApiSupport(0, 3, 3),
+    # Transactions (gateway/handlers/txn.py, core/txn): transaction.version 1 (KIP-890 part
+    # 1: v4+ may answer TRANSACTION_ABORTABLE). EndTxn v5 and TxnOffsetCommit v5 are
+    # transaction.version 2's, which is not implemented (docs/transactions.md).
+    ApiKey.ADD_PARTITIONS_TO_TXN: ApiSupport(0, 5, 3),  # v4+: batched, verify-only
+    ApiKey.ADD_OFFSETS_TO_TXN: ApiSupport(0, 4, 3),
+    ApiKey.END_TXN: ApiSupport(0, 4, 3),
+    ApiKey.TXN_OFFSET_COMMIT: ApiSupport(0, 4, 3),
     ApiKey.DESCRIBE_TRANSACTIONS: ApiSupport(0, 0, 0),
-    ApiKey.LIST_TRANSACTIONS: ApiSupport(0, 0, 0),
+    ApiKey.LIST_TRANSACTIONS: ApiSupport(0, 2, 0),  # v1: duration filter, v2: id pattern
     # Client quotas (gateway/handlers/quotas.py), enforced on Produce/Fetch (gateway/limits).
     ApiKey.DESCRIBE_CLIENT_QUOTAS: ApiSupport(0, 1, 1),
     ApiKey.ALTER_CLIENT_QUOTAS: ApiSupport(0, 1, 1),

@@ -1,4 +1,6 @@
-"""Hand-written Fetch response encoder (v4-v15) for the hot read path.
+"""Hand-written Fetch response encoder (v4-v18) for the hot read path.
+
+v16+ only add tagged fields (a new leader's address, KIP-951), which one node never gives.
 
 The record batches are passed through untouched as buffers; only the small framing around
 them is packed, so a response of many large batches costs microseconds, not a re-encode.

@@ -107,6 +107,8 @@ def encode_metadata_response(
             out.append(b"\x00")
     if 8 <= version <= 10:
         out.append(I32.pack(cluster_authorized_operations))
+    if version >= 13:
+        out.append(I16.pack(0))  # top-level error code (KIP-1102)
     if flexible:
         out.append(b"\x00")
     return b"".join(out)

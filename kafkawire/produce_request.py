@@ -1,4 +1,4 @@
-"""Hand-written Produce request decoder (v3-v9), field for field what kio's reader gives.
+"""Hand-written Produce request decoder (v3-v12), field for field what kio's reader gives.
 
 Many small producers make Produce the most frequent request; kio's reflective reader (a
 frozen dataclass per partition, a phantom-type check per field) was the largest part of
@@ -41,8 +41,9 @@ class ProduceRequest:
 
 
 def decode_produce_request(frame: bytes, pos: int, version: int) -> ProduceRequest:
-    """The Produce request body at `pos` of `frame` (request version 3-9)."""
-    if not 3 <= version <= 9:
+    """The Produce request body at `pos` of `frame` (request version 3-12; v10-v12 add
+    nothing to the request)."""
+    if not 3 <= version <= 12:
         raise ProtocolError(f"Produce v{version} is not decoded here")
     flexible = version >= 9
     try:

@@ -1,4 +1,4 @@
-"""Hand-written Produce response encoder (v3-v9), byte-identical to kio's.
+"""Hand-written Produce response encoder (v3-v12), byte-identical to kio's.
 
 Produce is the hottest request: with many small producers kio's generic path (a dataclass per
 partition built by `build_entity`, then its reflective writer) was about a tenth of the event
@@ -43,8 +43,12 @@ def _partition(part: Mapping[str, Any], version: int, flexible: bool) -> bytes:
 
 
 def encode_produce_response(correlation_id: int, version: int, data: Mapping[str, Any]) -> bytes:
-    """Response header and body (no size prefix) of a Produce response of `version` (3-9)."""
-    if not 3 <= version <= 9:
+    """Response header and body (no size prefix) of a Produce response of `version` (3-12).
+
+    v10+ only add tagged fields (a new leader's address on NOT_LEADER_OR_FOLLOWER, KIP-951),
+    which one node never has to give: they are left out.
+    """
+    if not 3 <= version <= 12:
         raise ValueError(f"Produce response v{version} is not supported here")
     flexible = version >= 9
     topics: Sequence[Mapping[str, Any]] = data.get("responses") or ()

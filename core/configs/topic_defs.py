@@ -48,6 +48,7 @@ class ConfigSource(IntEnum):
     DYNAMIC_DEFAULT_BROKER_CONFIG = 3
     STATIC_BROKER_CONFIG = 4
     DEFAULT_CONFIG = 5
+    GROUP_CONFIG = 8  # a group's own config (KIP-848, KIP-932)
 
 
 class AlterOp(IntEnum):

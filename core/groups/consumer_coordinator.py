@@ -27,6 +27,7 @@ from typing import Any, Protocol
 import regex
 import trio
 
+from core.configs.group import CONSUMER_HEARTBEAT_INTERVAL, CONSUMER_SESSION_TIMEOUT, GroupConfigs
 from core.errors import ErrorCode
 
 from .assignors import ASSIGNORS, DEFAULT_ASSIGNOR, AssignmentSpec, TopicPartitions
@@ -147,12 +148,20 @@ class ConsumerGroups:
         claim: Callable[[str], None] = lambda _g: None,
     ) -> None:
         self.settings = settings or ConsumerGroupSettings()
+        # Per-group configs (core/configs/group.py); None: the settings for every group.
+        self.group_configs: GroupConfigs | None = None
         self.groups: dict[str, ConsumerGroup] = {}
         self._classic_busy = classic_busy
         self._claim = claim
         self._matcher = RegexMatcher()
 
     # --- heartbeat ---------------------------------------------------------------------
+
+    def _seconds(self, group_id: str, name: str, default: float) -> float:
+        """The group's own config `name` (ms) in seconds, else `default`."""
+        if self.group_configs is None:
+            return default
+        return self.group_configs.int_value(group_id, name) / 1000
 
     def heartbeat(self, req: HeartbeatRequest, topics: TopicCatalogue) -> HeartbeatResult:
         if not req.group_id:
@@ -197,7 +206,9 @@ class ConsumerGroups:
                 return member_or_error
             member = member_or_error
             assert group is not None
-        member.session_deadline = now + self.settings.session_timeout
+        member.session_deadline = now + self._seconds(
+            req.group_id, CONSUMER_SESSION_TIMEOUT, self.settings.session_timeout
+        )
         changed = self._update_subscription(member, req)
         # A new member (not a returning static one) changes the assignment too.
         changed |= req.member_epoch == 0 and member.epoch == 0
@@ -212,7 +223,12 @@ class ConsumerGroups:
             ErrorCode.NONE,
             member_id=member.member_id,
             member_epoch=member.epoch,
-            heartbeat_interval_ms=int(self.settings.heartbeat_interval * 1000),
+            heartbeat_interval_ms=int(
+                self._seconds(
+                    req.group_id, CONSUMER_HEARTBEAT_INTERVAL, self.settings.heartbeat_interval
+                )
+                * 1000
+            ),
             assignment=assignment,
         )
 

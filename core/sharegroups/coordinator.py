@@ -19,6 +19,13 @@ from typing import Any, TypeVar
 import trio
 
 from core.api import Store, StoreError, Topic
+from core.configs.group import (
+    SHARE_AUTO_OFFSET_RESET,
+    SHARE_HEARTBEAT_INTERVAL,
+    SHARE_RECORD_LOCK_DURATION,
+    SHARE_SESSION_TIMEOUT,
+    GroupConfigs,
+)
 from core.failure_log import FailureLog
 from core.metadata.interface import MetadataStore
 from core.recordbatch import iter_stored_batches
@@ -76,6 +83,21 @@ class ShareSession:
 
 
 class ShareCoordinator:
+    def record_lock_ms(self, group_id: str) -> int:
+        return int(self._group_value(group_id, SHARE_RECORD_LOCK_DURATION, "record_lock_ms"))
+
+    def session_timeout_ms(self, group_id: str) -> int:
+        return int(self._group_value(group_id, SHARE_SESSION_TIMEOUT, "session_timeout_ms"))
+
+    def heartbeat_interval_ms(self, group_id: str) -> int:
+        return int(self._group_value(group_id, SHARE_HEARTBEAT_INTERVAL, "heartbeat_interval_ms"))
+
+    def _group_value(self, group_id: str, name: str, setting: str) -> str:
+        """The group's own config `name`, else the gateway's `setting`."""
+        if self.group_configs is None:
+            return str(getattr(self.settings, setting))
+        return self.group_configs.value(group_id, name)
+
     def __init__(
         self,
         store: Store,
@@ -86,6 +108,8 @@ class ShareCoordinator:
         self.store = store
         self.metadata = metadata
         self.settings = settings or ShareSettings()
+        # Per-group configs (core/configs/group.py); None: the settings for every group.
+        self.group_configs: GroupConfigs | None = None
         self._offload = offload
         self.groups: dict[str, ShareGroup] = {}
         self.partitions: dict[PartitionKey, SharePartition] = {}
@@ -125,8 +149,8 @@ class ShareCoordinator:
             if part.expire_locks(now, limit):  # cheap unless a lock is due
                 self._wake()
                 changed.append(key)  # records at the limit were archived, maybe
-        timeout = self.settings.session_timeout_ms / 1000
         for group in list(self.groups.values()):
+            timeout = self.session_timeout_ms(group.group_id) / 1000
             for member in list(group.members.values()):
                 if now - member.last_seen > timeout:
                     log.info(
@@ -229,13 +253,13 @@ class ShareCoordinator:
             if key not in self.partitions:
                 stream = self.store.get(topic)
                 if stream is not None and stream.has_partition(index):
-                    self.partitions[key] = self._initial(stream, index)
+                    self.partitions[key] = self._initial(group.group_id, stream, index)
                     new.append(key)
         await self._persist(new)
 
-    def _initial(self, stream: Topic, index: int) -> SharePartition:
+    def _initial(self, group_id: str, stream: Topic, index: int) -> SharePartition:
         view = stream.partition(index)
-        if self.settings.auto_offset_reset == "earliest":
+        if self._group_value(group_id, SHARE_AUTO_OFFSET_RESET, "auto_offset_reset") == "earliest":
             return SharePartition(view.log_start_offset)
         return SharePartition(view.high_watermark)
 
@@ -308,7 +332,7 @@ class ShareCoordinator:
             return ShareError.INVALID_RECORD_STATE
         limit = self.settings.delivery_count_limit
         error = ShareError.NONE
-        deadline = trio.current_time() + self.settings.record_lock_ms / 1000
+        deadline = trio.current_time() + self.record_lock_ms(group_id) / 1000
         for batch in batches:
             result = part.acknowledge(member_id, batch.first, batch.last, batch.types, limit)
             if result is ShareError.NONE and AckType.RENEW in batch.types:
@@ -334,7 +358,7 @@ class ShareCoordinator:
         key = (group_id, stream.name, index)
         part = self.partitions.get(key)
         if part is None:
-            part = self.partitions[key] = self._initial(stream, index)
+            part = self.partitions[key] = self._initial(group_id, stream, index)
         out = FetchedPartition()
         view = stream.partition(index)
         if part.start < view.log_start_offset:  # records deleted under the window
@@ -342,7 +366,7 @@ class ShareCoordinator:
             part.start = view.log_start_offset
             part.end = max(part.end, part.start)
         settings = self.settings
-        deadline = trio.current_time() + settings.record_lock_ms / 1000
+        deadline = trio.current_time() + self.record_lock_ms(group_id) / 1000
         budget = max_records
         for _ in range(4):  # a few reads at most per fetch
             position = part.first_available()

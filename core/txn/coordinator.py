@@ -52,6 +52,7 @@ from .state import (
     PREPARE_ABORT,
     PREPARE_COMMIT,
 )
+from .verified_append import VerifiedAppend
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +111,8 @@ class TransactionCoordinator:
         self._timers: dict[str, trio.CancelScope] = {}
         self._nursery: trio.Nursery | None = None
         self._stopping = trio.Event()
+        # (topic, partition, producer id) -> set once its last deferred write has started
+        self._verifying: dict[tuple[str, int, int], trio.Event] = {}
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Load every transactional id, finish or time out what was in flight, then keep
@@ -299,25 +302,130 @@ class TransactionCoordinator:
             return ErrorCode.INVALID_TXN_STATE
 
     def check_produce(
-        self, transactional_id: str, topic: str, partition: int, records: bytes | memoryview | None
+        self,
+        transactional_id: str,
+        topic: str,
+        partition: int,
+        records: bytes | memoryview | None,
+        abortable: bool = False,
     ) -> int:
-        """May this transactional Produce append to the partition? (Its batches' producer
-        id and epoch must be the id's current ones, the partition in the open transaction.)
-        Several nodes: the coordinator may be another node, so as a Kafka 3.x leader this
-        one does not ask it; the partition's producer state still fences older epochs."""
+        """May this transactional Produce append to the partition? KIP-890 part 1: only if
+        its batches' producer id and epoch are the id's current ones and the partition is in
+        the open transaction, so a write that lands after its transaction ended (a delayed
+        retry) is refused instead of opening a transaction nobody will end. The answer is
+        Kafka 3.8+'s: INVALID_PRODUCER_EPOCH for another epoch, and for a partition outside
+        the transaction TRANSACTION_ABORTABLE to clients that know it (`abortable`),
+        INVALID_TXN_STATE to older ones.
+        Several nodes: `verified_append` checks against the committed record instead (this
+        node's copy may be a moment behind when the id has just come back to it)."""
         if CLUSTER.enabled:
             return ErrorCode.NONE
-        txn = self._txns.get(transactional_id)
         try:
             header = read_batch_header(records or b"")
         except RecordBatchError:
             return ErrorCode.NONE  # the append path answers a malformed batch
-        if txn is None or txn.producer_id != header.producer_id:
-            return ErrorCode.INVALID_PRODUCER_ID_MAPPING
-        if header.producer_epoch != txn.epoch:
+        error = self._verify(
+            self._txns.get(transactional_id),
+            header.producer_id,
+            header.producer_epoch,
+            (topic, partition),
+            abortable,
+        )
+        return self._produce_error(error, abortable)
+
+    @staticmethod
+    def _produce_error(error: int, abortable: bool) -> int:
+        """The coordinator's verdict as a partition leader answers the Produce."""
+        if error == ErrorCode.PRODUCER_FENCED:
             return ErrorCode.INVALID_PRODUCER_EPOCH
-        if txn.state != ONGOING or (topic, partition) not in txn.partitions:
-            return ErrorCode.INVALID_TXN_STATE
+        if error == ErrorCode.CONCURRENT_TRANSACTIONS:  # being ended: this write is too late
+            return ErrorCode.TRANSACTION_ABORTABLE if abortable else ErrorCode.INVALID_TXN_STATE
+        return error
+
+    def verified_append(
+        self,
+        transactional_id: str,
+        topic: str,
+        partition: int,
+        records: bytes | memoryview | None,
+        abortable: bool,
+        start: Callable[[], AppendResult | PendingAppend],
+    ) -> VerifiedAppend | None:
+        """Several nodes: the append `start` begins, deferred until the id's committed record
+        (the metadata store is the arbiter, whichever node coordinates the id) shows the
+        partition in its open transaction. None where no deferral is needed (one node:
+        `check_produce` decided; the producer's transaction is already open on the
+        partition, checked when it began; an unreadable batch, which the append refuses)."""
+        if not CLUSTER.enabled:
+            return None
+        try:
+            header = read_batch_header(records or b"")
+        except RecordBatchError:
+            return None
+        producer_id, epoch = header.producer_id, header.producer_epoch
+        if self._holds_open(topic, partition, producer_id):
+            return None
+        key = (topic, partition, producer_id)
+        previous = self._verifying.get(key)
+        done = self._verifying[key] = trio.Event()
+
+        async def verify() -> int:
+            try:
+                if self._holds_open(topic, partition, producer_id):
+                    return ErrorCode.NONE  # the write before this one began it, verified
+                try:
+                    record = await self._worker.call(
+                        self._metadata.load_transaction, transactional_id
+                    )
+                except StoreError as exc:  # retriable for every client, as Kafka answers
+                    log.debug("verifying a write of %s: %s", transactional_id, exc)
+                    return ErrorCode.NOT_ENOUGH_REPLICAS
+                error = self._verify(record, producer_id, epoch, (topic, partition), abortable)
+                return self._produce_error(error, abortable)
+            finally:
+                if self._verifying.get(key) is done:
+                    del self._verifying[key]
+
+        return VerifiedAppend(verify, start, previous, done)
+
+    def _holds_open(self, topic: str, partition: int, producer_id: int) -> bool:
+        stream = self._store.streams.get(topic)
+        if stream is None or not stream.has_partition(partition):
+            return False
+        txns = stream.partition(partition).txns
+        return txns is not None and producer_id in txns.ongoing
+
+    def verify_partitions(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        partitions: list[tuple[str, int]],
+        abortable: bool,
+    ) -> dict[tuple[str, int], int]:
+        """AddPartitionsToTxn v4+ with verify_only: each partition's standing in the open
+        transaction (nothing is added), as Kafka's coordinator answers a leader."""
+        if not self.coordinates(transactional_id):
+            return dict.fromkeys(partitions, ErrorCode.NOT_COORDINATOR)
+        txn = self._txns.get(transactional_id)
+        return {tp: self._verify(txn, producer_id, epoch, tp, abortable) for tp in partitions}
+
+    def _verify(
+        self,
+        txn: TxnRecord | None,
+        producer_id: int,
+        epoch: int,
+        partition: tuple[str, int],
+        abortable: bool,
+    ) -> int:
+        if txn is None or txn.producer_id != producer_id:
+            return ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        if epoch != txn.epoch:
+            return ErrorCode.PRODUCER_FENCED
+        if txn.state in (PREPARE_COMMIT, PREPARE_ABORT):
+            return ErrorCode.CONCURRENT_TRANSACTIONS
+        if txn.state != ONGOING or partition not in txn.partitions:
+            return ErrorCode.TRANSACTION_ABORTABLE if abortable else ErrorCode.INVALID_TXN_STATE
         return ErrorCode.NONE
 
     # --- state machine ---------------------------------------------------------------------

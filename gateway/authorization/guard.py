@@ -223,7 +223,14 @@ def _add_partitions_to_txn(
     ctx: GatewayContext, header: RequestHeader, body: Any, inner: Handler
 ) -> Awaitable[Response]:
     """WRITE on the transactional id and on every topic, all or nothing: Kafka answers the
-    whole request, the topics it may write OPERATION_NOT_ATTEMPTED."""
+    whole request, the topics it may write OPERATION_NOT_ATTEMPTED. v4+ is the brokers'
+    batched form: CLUSTER_ACTION on the cluster, as Kafka asks."""
+    if header.api_version >= 4:
+        if allowed(ctx, Operation.CLUSTER_ACTION, CLUSTER, CLUSTER_NAME):
+            return inner(ctx, header, body)
+        return _done(
+            {"error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "results_by_transaction": []}
+        )
     topics = body.v3_and_below_topics
     codes: list[int]
     if not allowed(ctx, Operation.WRITE, TXN, body.v3_and_below_transactional_id):
@@ -383,12 +390,14 @@ GUARDS: dict[int, Guard] = {key: partial(apply, rule) for key, rule in RULES.ite
     ApiKey.FIND_COORDINATOR: _find_coordinator,
     ApiKey.DESCRIBE_CLUSTER: _describe_cluster,
 }
-# Fetch and Metadata check inside their handlers (per topic, READ; DESCRIBE, CREATE for
-# auto-creation, KIP-430 fields); ApiVersions needs nothing; the SASL exchange comes before
-# any principal exists (gateway/security/sasl.py refuses everything else until it is done).
+# Fetch, Metadata and DescribeTopicPartitions check inside their handlers (per topic, READ;
+# DESCRIBE, CREATE for auto-creation, KIP-430 fields); ApiVersions needs nothing; the SASL
+# exchange comes before any principal exists (gateway/security/sasl.py refuses everything
+# else until it is done).
 UNGUARDED = {
     ApiKey.FETCH,
     ApiKey.METADATA,
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS,
     ApiKey.API_VERSIONS,
     ApiKey.SASL_HANDSHAKE,
     ApiKey.SASL_AUTHENTICATE,

@@ -83,7 +83,7 @@ def on_cluster(op: Operation, items: Items | None = None) -> Rule:
 
 # Config resource types (DescribeConfigs, AlterConfigs): a topic is a topic, a broker or
 # its loggers are the cluster; the handler refuses other types.
-_CONFIG_RESOURCES = {2: TOPIC, 4: CLUSTER, 8: CLUSTER}
+_CONFIG_RESOURCES = {2: TOPIC, 4: CLUSTER, 8: CLUSTER, 32: GROUP}
 
 
 def _config_resource(resource: Any) -> ResourceType | None:
@@ -91,7 +91,7 @@ def _config_resource(resource: Any) -> ResourceType | None:
 
 
 def _config_name(_ctx: GatewayContext, resource: Any) -> str:
-    return CLUSTER_NAME if resource.resource_type != 2 else str(resource.resource_name)
+    return CLUSTER_NAME if resource.resource_type not in (2, 32) else str(resource.resource_name)
 
 
 def _coordinator_resource(body: Any) -> ResourceType:

@@ -1,4 +1,5 @@
-"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topic and broker resources.
+"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topic, broker and group
+resources.
 
 Topics (resource type 2) have the configs of core.configs.topic; the broker (type 4, named
 by its node id, or "" for the cluster-wide default) has the gateway's settings and the
@@ -26,6 +27,7 @@ from .context import GatewayContext
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
+RESOURCE_GROUP = 32  # per-group configs (core/configs/group.py)
 
 
 class _ResourceError(Exception):
@@ -101,6 +103,10 @@ def _describe_resource(
         if name != DEFAULT_RESOURCE:
             _check_broker_name(ctx, name, describe=True)
         return described_broker_configs(ctx, name, keys)
+    if resource_type == RESOURCE_GROUP and ctx.group_configs is not None:
+        if not name:
+            raise _ResourceError(ErrorCode.INVALID_REQUEST, "a group id is needed")
+        return ctx.group_configs.describe(name, keys)
     raise _ResourceError(ErrorCode.INVALID_REQUEST, f"unsupported resource type {resource_type}")
 
 
@@ -150,6 +156,9 @@ async def incremental_alter_configs(
     for resource in body.resources:
         if resource.resource_type == RESOURCE_BROKER:
             responses.append(await _alter_broker(ctx, resource, True, body.validate_only))
+            continue
+        if resource.resource_type == RESOURCE_GROUP and ctx.group_configs is not None:
+            responses.append(await _alter_group(ctx, resource, body.validate_only))
             continue
 
         def altered(stream: Topic, resource: Any = resource) -> dict[str, str]:
@@ -220,5 +229,28 @@ async def _alter_broker(
         response["error_message"] = str(exc)
     except StoreError as exc:  # the metadata store failed the write: nothing changed
         response["error_code"] = log_store_error("broker configs", exc)
+        response["error_message"] = str(exc)
+    return response
+
+
+async def _alter_group(ctx: GatewayContext, resource: Any, validate_only: bool) -> dict[str, Any]:
+    """IncrementalAlterConfigs on one group id's configs."""
+    assert ctx.group_configs is not None
+    response: dict[str, Any] = {
+        "error_code": ErrorCode.NONE,
+        "error_message": None,
+        "resource_type": resource.resource_type,
+        "resource_name": resource.resource_name,
+    }
+    try:
+        if not resource.resource_name:
+            raise _ResourceError(ErrorCode.INVALID_REQUEST, "a group id is needed")
+        ops = [(c.name, c.config_operation, c.value) for c in resource.configs]
+        await ctx.group_configs.alter(resource.resource_name, ops, validate_only)
+    except (_ResourceError, ConfigError) as exc:
+        response["error_code"] = exc.error_code
+        response["error_message"] = str(exc)
+    except StoreError as exc:  # the metadata store failed the write: nothing changed
+        response["error_code"] = log_store_error("group configs", exc)
         response["error_message"] = str(exc)
     return response

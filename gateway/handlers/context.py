@@ -12,6 +12,7 @@ from core.acl.authorizer import Authorizer
 from core.acl.quotas import ClientQuotas
 from core.api import Store, Transactions
 from core.configs.broker import DynamicBrokerConfigs
+from core.configs.group import GroupConfigs
 from core.credentials import Credentials
 from core.groups import GroupCoordinator
 from core.sharegroups import ShareCoordinator
@@ -53,6 +54,7 @@ class GatewayContext:
     # Dynamic broker configs (core/configs/broker.py); None: broker configs are read-only.
     dynamic_configs: DynamicBrokerConfigs | None = None
     shares: ShareCoordinator | None = None  # share groups (core/sharegroups)
+    group_configs: GroupConfigs | None = None  # per-group configs (core/configs/group.py)
 
 
 def advertised_endpoint(ctx: GatewayContext) -> tuple[str, int]:

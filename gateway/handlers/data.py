@@ -35,6 +35,7 @@ _VALID_ACKS = (-1, 0, 1)
 # ListOffsets special timestamps; -3 (max timestamp) is resolved by Topic.offset_for_timestamp.
 _EARLIEST, _LATEST = -2, -1
 _EARLIEST_LOCAL = -4  # v8 (KIP-405): the first offset still in tier 1
+_LATEST_TIERED = -5  # v9 (KIP-1005): the last offset only in tier 2, -1 if none
 _READ_COMMITTED = 1  # isolation_level of Fetch and ListOffsets
 
 
@@ -78,7 +79,9 @@ def produce(
             elif records is not None and len(records) > limit:
                 started[key] = AppendResult(ErrorCode.MESSAGE_TOO_LARGE)
             elif txn_id is not None and (
-                txn_error := _check_transactional(ctx, txn_id, topic.name, part.index, records)
+                txn_error := _check_transactional(
+                    ctx, txn_id, topic.name, part.index, records, header.api_version
+                )
             ):
                 started[key] = AppendResult(txn_error)
             else:
@@ -89,6 +92,13 @@ def produce(
                         started[key] = AppendResult(rewritten.error, message=rewritten.message)
                         continue
                     records = rewritten.records
+                if txn_id is not None and (
+                    deferred := _verified_append(
+                        ctx, header, txn_id, stream, part.index, records, acks
+                    )
+                ):
+                    started[key] = deferred
+                    continue
                 # acks=0 is never answered, yet the request settles only once durable:
                 # a later request on the connection must see these records (as on Kafka).
                 started[key] = stream.start_append(
@@ -98,11 +108,34 @@ def produce(
 
 
 def _check_transactional(
-    ctx: GatewayContext, txn_id: str, topic: str, index: int, records: Any
+    ctx: GatewayContext, txn_id: str, topic: str, index: int, records: Any, version: int
 ) -> int:
-    """The transaction coordinator's word on a transactional Produce to this partition."""
+    """The transaction coordinator's word on a transactional Produce to this partition
+    (v11+ clients know TRANSACTION_ABORTABLE)."""
     assert ctx.transactions is not None
-    return ctx.transactions.check_produce(txn_id, topic, index, records)
+    return ctx.transactions.check_produce(txn_id, topic, index, records, version >= 11)
+
+
+def _verified_append(
+    ctx: GatewayContext,
+    header: RequestHeader,
+    txn_id: str,
+    stream: Topic,
+    index: int,
+    records: Any,
+    acks: int,
+) -> PendingAppend | None:
+    """Several nodes: a transactional write the coordinator (another node) must admit
+    first, deferred; None to append now."""
+    assert ctx.transactions is not None
+    return ctx.transactions.verified_append(
+        txn_id,
+        stream.name,
+        index,
+        records,
+        header.api_version >= 11,
+        lambda: stream.start_append(index, records, acks or -1, transactional=True),
+    )
 
 
 def _now_ms() -> int:
@@ -483,6 +516,9 @@ async def list_offsets(ctx: GatewayContext, header: RequestHeader, body: Any) ->
                 elif part.timestamp == _EARLIEST_LOCAL:
                     local = max(partition.local_start_offset, partition.log_start_offset)
                     result["offset"] = min(local, partition.high_watermark)
+                elif part.timestamp == _LATEST_TIERED:
+                    tiered = partition.local_start_offset - 1
+                    result["offset"] = tiered if tiered >= partition.log_start_offset else -1
                 else:
                     try:
                         offset, timestamp = await stream.offset_for_timestamp(

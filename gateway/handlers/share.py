@@ -62,7 +62,7 @@ async def share_group_heartbeat(
         "error_message": result.message,
         "member_id": result.member_id,
         "member_epoch": result.member_epoch,
-        "heartbeat_interval": shares.settings.heartbeat_interval_ms,
+        "heartbeat_interval": shares.heartbeat_interval_ms(body.group_id),
     }
     if result.assignment is not None:
         response["assignment"] = {

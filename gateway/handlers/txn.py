@@ -9,6 +9,8 @@ through `gateway.errors`.
 from __future__ import annotations
 
 import logging
+import re
+import time
 from typing import Any
 
 from core.api import StoreError, Transactions
@@ -62,6 +64,8 @@ async def init_transactional_producer(ctx: GatewayContext, body: Any) -> dict[st
 async def add_partitions_to_txn(
     ctx: GatewayContext, header: RequestHeader, body: Any
 ) -> dict[str, Any]:
+    if header.api_version >= 4:
+        return await _add_partitions_batched(ctx, body, abortable=header.api_version >= 5)
     wanted = [
         (topic.name, index) for topic in body.v3_and_below_topics for index in topic.partitions
     ]
@@ -92,6 +96,49 @@ async def add_partitions_to_txn(
             for topic in body.v3_and_below_topics
         ]
     }
+
+
+async def _add_partitions_batched(
+    ctx: GatewayContext, body: Any, abortable: bool
+) -> dict[str, Any]:
+    """AddPartitionsToTxn v4+ (KIP-890): several transactions in one request, each either
+    added to (as v3) or, with verify_only, only checked (a partition leader asking whether a
+    transactional write belongs to the open transaction). v5 clients know
+    TRANSACTION_ABORTABLE; v4 ones get INVALID_TXN_STATE instead."""
+    txns = _coordinator(ctx)
+    results = []
+    for item in body.transactions:
+        wanted = [(topic.name, index) for topic in item.topics for index in topic.partitions]
+        codes: dict[tuple[str, int], int]
+        if txns is None:
+            codes = dict.fromkeys(wanted, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        elif item.verify_only:
+            codes = txns.verify_partitions(
+                item.transactional_id, item.producer_id, item.producer_epoch, wanted, abortable
+            )
+        else:
+            try:
+                codes = await txns.add_partitions(
+                    item.transactional_id, item.producer_id, item.producer_epoch, wanted
+                )
+            except StoreError as exc:
+                codes = dict.fromkeys(wanted, log_store_error("AddPartitionsToTxn", exc))
+        results.append(
+            {
+                "transactional_id": item.transactional_id,
+                "topic_results": [
+                    {
+                        "name": topic.name,
+                        "results_by_partition": [
+                            {"partition_index": i, "partition_error_code": codes[(topic.name, i)]}
+                            for i in topic.partitions
+                        ],
+                    }
+                    for topic in item.topics
+                ],
+            }
+        )
+    return {"error_code": ErrorCode.NONE, "results_by_transaction": results}
 
 
 async def add_offsets_to_txn(
@@ -214,14 +261,33 @@ async def describe_transactions(
 async def list_transactions(
     ctx: GatewayContext, header: RequestHeader, body: Any
 ) -> dict[str, Any]:
+    """v1: only transactions open longer than `duration_filter` ms (when >= 0); v2: only
+    ids that match `transactional_id_pattern` whole (a Java regular expression; the common
+    subset Python's `re` shares with it)."""
     txns = _coordinator(ctx)
     wanted_states = set(body.state_filters)
     wanted_ids = set(body.producer_id_filters)
+    min_duration = getattr(body, "duration_filter", -1)
+    pattern: re.Pattern[str] | None = None
+    if getattr(body, "transactional_id_pattern", None):
+        try:
+            pattern = re.compile(body.transactional_id_pattern)
+        except re.error:
+            return {
+                "error_code": ErrorCode.INVALID_REGULAR_EXPRESSION,
+                "unknown_state_filters": [],
+                "transaction_states": [],
+            }
+    now = int(time.time() * 1000)
     listed = []
     for txn in txns.list_transactions() if txns is not None else []:
         if wanted_states and txn.state not in wanted_states:
             continue
         if wanted_ids and txn.producer_id not in wanted_ids:
+            continue
+        if min_duration >= 0 and (txn.start_ms < 0 or now - txn.start_ms <= min_duration):
+            continue
+        if pattern is not None and not pattern.fullmatch(txn.transactional_id):
             continue
         listed.append(
             {

@@ -403,6 +403,39 @@ CASES = [
         CLUSTER_DENIED,
     ),
     Case(
+        "describe_configs_group",
+        32,
+        4,
+        lambda: {
+            "resources": [{"resource_type": 32, "resource_name": GROUP, "configuration_keys": None}]
+        },
+        lambda r: {int(x.error_code) for x in r.results},
+        GROUP_DENIED,
+    ),
+    Case(
+        "incremental_alter_configs_group",
+        44,
+        1,
+        lambda: {
+            "resources": [
+                {
+                    "resource_type": 32,
+                    "resource_name": GROUP,
+                    "configs": [
+                        {
+                            "name": "consumer.heartbeat.interval.ms",
+                            "config_operation": 0,
+                            "value": "6000",
+                        }
+                    ],
+                }
+            ],
+            "validate_only": True,
+        },
+        lambda r: {int(x.error_code) for x in r.responses},
+        GROUP_DENIED,
+    ),
+    Case(
         "alter_configs",
         33,
         2,
@@ -707,6 +740,32 @@ CASES = [
         lambda r: {int(r.error_code)},
         GROUP_DENIED,
         _ok_unless(GROUP_DENIED),
+    ),
+    Case(
+        "describe_topic_partitions",
+        75,
+        0,
+        lambda: {"topics": [{"name": TOPIC}], "response_partition_limit": 10},
+        lambda r: {int(t.error_code) for t in r.topics},
+        TOPIC_DENIED,
+    ),
+    Case(
+        "add_partitions_to_txn_batched",  # v4+: the brokers' form, CLUSTER_ACTION
+        24,
+        4,
+        lambda: {
+            "transactions": [
+                {
+                    "transactional_id": TXN,
+                    "producer_id": -1,
+                    "producer_epoch": -1,
+                    "verify_only": True,
+                    "topics": [{"name": TOPIC, "partitions": [0]}],
+                }
+            ]
+        },
+        lambda r: {int(r.error_code)},
+        CLUSTER_DENIED,
     ),
 ]
 

@@ -603,8 +603,15 @@ def test_describe_cluster_kafka_python(shared_gateway):
     cluster_id = admin(shared_gateway.bootstrap).list_topics(timeout=TIMEOUT).cluster_id
     assert described["cluster_id"] == cluster_id
     assert described["controller_id"] == 1
+    # DescribeCluster v2 (Kafka 4.1's) adds is_fenced: never here.
     assert described["brokers"] == [
-        {"broker_id": 1, "host": "127.0.0.1", "port": shared_gateway.port, "rack": None}
+        {
+            "broker_id": 1,
+            "host": "127.0.0.1",
+            "port": shared_gateway.port,
+            "rack": None,
+            "is_fenced": False,
+        }
     ]
     assert sorted(described["authorized_operations"]) == [
         "CREATE",

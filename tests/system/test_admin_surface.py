@@ -168,24 +168,25 @@ def configs_described(bootstrap: str, entity_type: str, name: str, *extra: str) 
 # --------------------------------------------------------------------------- versions
 
 
-def test_api_versions_claim_kafka_35(shared_gateway, kafka):
+def test_api_versions_claim_kafka_40(shared_gateway, kafka):
     """Every API key streamgate advertises, beside Kafka's; the version-inferring clients
-    (kafka-python's api_version detection, librdkafka's feature detection) land on 3.5."""
+    (kafka-python's api_version detection: 4.0; librdkafka's feature detection: Kafka
+    3.5.1's features)."""
     from support.client import api_versions_request
 
     ours = {
         k.api_key: (k.min_version, k.max_version)
         for k in raw(shared_gateway.bootstrap, api_versions_request()).api_keys
     }
-    for key, versions in {1: (4, 15), 3: (0, 12), 19: (2, 7), 20: (1, 6)}.items():
+    for key, versions in {1: (4, 18), 3: (0, 13), 19: (2, 7), 20: (1, 6)}.items():
         assert ours[key] == versions
     for key in (32, 34, 35, 43, 45, 46, 60):  # the admin APIs a 3.x client expects
         assert key in ours
     client = kp_admin(shared_gateway.bootstrap)
     try:
-        assert client._manager.broker_version_data.broker_version == (3, 5)
+        assert client._manager.broker_version_data.broker_version == (4, 0)
     except AttributeError:  # older layout: ask the client object directly
-        assert client._client.check_version() == (3, 5)
+        assert client._client.check_version() == (4, 0)
     finally:
         client.close()
     our_features = librdkafka_features(shared_gateway.bootstrap)

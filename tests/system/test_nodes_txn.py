@@ -4,7 +4,8 @@ reach them through the metadata store. A transaction commits or aborts across th
 when the coordinator freezes in the middle of transactions, another node takes the ids
 over: a producer that lives on commits there, and a transaction whose producer died too
 is aborted there when its timeout passes. read_committed sees all of a committed transaction,
-nothing of an aborted one, and the partitions never stay blocked behind one."""
+nothing of an aborted one, and the partitions never stay blocked behind one. (Also: a group
+config set through one node reaches the others.)"""
 
 from __future__ import annotations
 
@@ -130,6 +131,98 @@ def test_commit_and_abort_across_the_nodes(cluster: NodesCluster) -> None:
     producer.commit_transaction(30)
     read = _read_committed(cluster, topic, 60, 30)
     assert sorted(read) == sorted(committed + after)
+
+
+def test_a_late_write_to_another_nodes_partition_is_refused(cluster: NodesCluster) -> None:
+    """KIP-890 part 1 across nodes: one node coordinates the id, another leads the
+    partition and checks a transaction's first write there against the committed record."""
+    from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+    from support.client import RawClient
+    from system.test_txn_protocol import _add, _end, _init, _txn_batch
+    from system.test_txn_verification import _offset, _produce
+
+    topic = _topic(cluster)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    described = admin.list_topics(topic, timeout=10)
+    brokers = {b.id: f"{b.host}:{b.port}" for b in described.brokers.values()}
+
+    def metadata_leader(client: RawClient, part: int) -> int:  # no auto-creation
+        answer = client.request(
+            MetadataRequest(
+                topics=(MetadataRequestTopic(topic_id=None, name=topic),),
+                allow_auto_topic_creation=False,
+                include_topic_authorized_operations=False,
+            )
+        ).topics[0]
+        return next((p.leader_id for p in answer.partitions if p.partition_index == part), -1)
+
+    # A partition whose leader takes the transaction's first write (a node learns of a new
+    # topic, then of its segments, at its next syncs: UNKNOWN_TOPIC_OR_PARTITION and
+    # NOT_LEADER_OR_FOLLOWER until then).
+    for part, node in sorted((p, m.leader) for p, m in described.topics[topic].partitions.items()):
+        other = 1 if node != 1 else 2  # node `other` coordinates the id, node `node` leads
+        tid = _id_on(other, f"late{part}")
+        coordinator, leader = RawClient(brokers[other]), RawClient(brokers[node])
+        pid = _init(coordinator, tid).producer_id
+
+        def added() -> list | None:
+            codes = _add(coordinator, tid, pid, 0, topic, part)  # noqa: B023
+            return None if codes == [3] else codes
+
+        assert wait_until(added, 15) == [0]
+        wait_until(lambda: metadata_leader(leader, part) == node, 15)  # noqa: B023
+        first = _txn_batch(pid, 0, 0, [b"a"])
+        deadline = time.monotonic() + 8
+        while (code := _produce(leader, 11, tid, topic, part, first).error_code) == 6:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        if code == 0:
+            break
+        coordinator.close()
+        leader.close()
+    else:
+        raise AssertionError("no leader took its partition")
+    with coordinator, leader:
+        assert _produce(leader, 11, tid, topic, part, _txn_batch(pid, 0, 1, [b"b"])).error_code == 0
+        assert _end(coordinator, tid, pid, 0, commit=False) == 0
+        wait_until(lambda: _offset(leader, topic, part, -1, isolation=1) == 3, 15)
+
+        late = _txn_batch(pid, 0, 2, [b"late"])
+        assert _produce(leader, 11, tid, topic, part, late).error_code == 120  # abortable
+        assert _produce(leader, 9, tid, topic, part, late).error_code == 48  # INVALID_TXN_STATE
+        assert (
+            _produce(leader, 11, tid, topic, part, _txn_batch(pid, 1, 0, [b"x"])).error_code == 47
+        )
+        assert _offset(leader, topic, part, -1) == 3
+        assert _offset(leader, topic, part, -1, isolation=1) == 3  # nothing left open
+
+        assert _add(coordinator, tid, pid, 0, topic, part) == [0]
+        again = _txn_batch(pid, 0, 2, [b"c"])
+        assert _produce(leader, 12, tid, topic, part, again).error_code == 0
+        assert _offset(leader, topic, part, -1, isolation=1) == 3
+        assert _end(coordinator, tid, pid, 0, commit=True) == 0
+        wait_until(lambda: _offset(leader, topic, part, -1, isolation=1) == 5, 15)
+
+
+def test_a_group_config_set_through_one_node_reaches_the_others(cluster: NodesCluster) -> None:
+    """Per-group configs live in the metadata store; every node reloads them each second."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    group = f"cfg-{uuid.uuid4().hex[:8]}"
+    entry = ConfigEntry(
+        "consumer.heartbeat.interval.ms", "7000", incremental_operation=AlterConfigOpType.SET
+    )
+    first = AdminClient({"bootstrap.servers": cluster.bootstraps[0]})
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[entry])
+    first.incremental_alter_configs([resource])[resource].result(15)
+    last = AdminClient({"bootstrap.servers": cluster.bootstraps[2]})
+
+    def described() -> str:
+        wanted = ConfigResource(ResourceType.GROUP, group)
+        return last.describe_configs([wanted])[wanted].result(15)[entry.name].value
+
+    wait_until(lambda: described() == "7000", 10)
 
 
 def test_the_coordinator_is_lost_in_the_middle_of_transactions(cluster: NodesCluster) -> None:

@@ -124,6 +124,8 @@ def _same(version: int, raw: bytes) -> None:
         assert len(mine.partitions) == len(theirs.partitions)
         for p, q in zip(mine.partitions, theirs.partitions, strict=True):
             for field in dataclasses.fields(q):
+                if "tag" in field.metadata:  # follower-only tagged fields (v17+): skipped
+                    continue
                 assert getattr(p, field.name) == getattr(q, field.name), field.name
     forgotten = getattr(want, "forgotten_topics_data", ())
     assert len(got.forgotten_topics_data) == len(forgotten)
@@ -193,7 +195,7 @@ def test_hostile_lengths_are_refused_before_allocating() -> None:
         decode_fetch_request(null_topics, len(_PREFIX), 4)
 
 
-@pytest.mark.parametrize("version", [0, 3, 16])
+@pytest.mark.parametrize("version", [0, 3, 19])
 def test_refuses_versions_it_does_not_know(version: int) -> None:
     with pytest.raises(ProtocolError):
         decode_fetch_request(_PREFIX + b"\x00" * 40, len(_PREFIX), version)

@@ -44,7 +44,7 @@ def _kio_body(topics: list[TopicMetadata], cluster_ops: int) -> dict[str, Any]:
     }
 
 
-@pytest.mark.parametrize("version", range(13))
+@pytest.mark.parametrize("version", range(14))
 @pytest.mark.parametrize("cluster_ops", [-(2**31), 3320])
 def test_matches_kio(version: int, cluster_ops: int) -> None:
     topics = [

@@ -16,7 +16,7 @@ from kafkawire.apis import SUPPORTED_APIS, ApiKey
 from kafkawire.codec import ProtocolError, RequestHeader, decode_body
 from kafkawire.produce_request import decode_produce_request
 
-VERSIONS = range(SUPPORTED_APIS[ApiKey.PRODUCE].accepted_min or 0, 10)
+VERSIONS = range(SUPPORTED_APIS[ApiKey.PRODUCE].accepted_min or 0, 13)
 _PREFIX = b"\x00\x00\x00\x07hdr"  # the body need not start at 0
 
 
@@ -100,7 +100,7 @@ def test_hostile_lengths_are_refused_before_allocating() -> None:
         decode_produce_request(bad_name, len(_PREFIX), 3)
 
 
-@pytest.mark.parametrize("version", [0, 2, 10])
+@pytest.mark.parametrize("version", [0, 2, 13])
 def test_refuses_versions_it_does_not_know(version: int) -> None:
     with pytest.raises(ProtocolError):
         decode_produce_request(_PREFIX + b"\x00" * 20, len(_PREFIX), version)

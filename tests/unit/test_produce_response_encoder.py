@@ -12,7 +12,7 @@ from kafkawire.apis import SUPPORTED_APIS, ApiKey
 from kafkawire.codec import RequestHeader, encode_response
 from kafkawire.produce_response import encode_produce_response
 
-VERSIONS = range(SUPPORTED_APIS[ApiKey.PRODUCE].accepted_min or 0, 10)
+VERSIONS = range(SUPPORTED_APIS[ApiKey.PRODUCE].accepted_min or 0, 13)
 
 _i32 = st.integers(-(2**31), 2**31 - 1)
 _i64 = st.integers(-(2**63), 2**63 - 1)
@@ -86,7 +86,7 @@ def test_matches_kio_for_the_handlers_usual_answer(version: int) -> None:
     assert encode_produce_response(42, version, data) == _kio(version, data)
 
 
-@pytest.mark.parametrize("version", [0, 2, 10])
+@pytest.mark.parametrize("version", [0, 2, 13])
 def test_refuses_versions_it_does_not_know(version: int) -> None:
     with pytest.raises(ValueError, match="not supported"):
         encode_produce_response(1, version, {"responses": []})
