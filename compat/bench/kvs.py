@@ -432,8 +432,11 @@ def many_raw(t: Target, w: Workload, shared: Report, display: Display) -> Report
 def _many_raw(t: Target, w: Workload, display: Display) -> Report:
     per_topic = _count(w.partitions)
     topics = [_topic("raw") for _ in range(w.topics)]
+    created = time.perf_counter()
     for topic in topics:
         create_topic(t.bootstrap, topic, per_topic)
+    create_s = time.perf_counter() - created
+    rss_created = server_rss_kib(t.server)
     batch = build_batch([(b"k", make_payloads(w.record_size)[0], [])])
     total = w.topics * per_topic
     done = errors = 0
@@ -470,13 +473,17 @@ def _many_raw(t: Target, w: Workload, display: Display) -> Report:
             pending = retry
     seconds = time.perf_counter() - started
     rss = server_rss_kib(t.server)
+    peak = server_peak_rss_kib(t.server)
     return {
         "ok": done == total,
         "records": total,
         "delivered": done,
         "retried": errors,
-        "seconds": round(seconds, 3),
+        "seconds": round(seconds, 3),  # the writes (topic creation is create_s)
+        "create_s": round(create_s, 3),
         "rss_mib": round(rss / 1024, 1) if rss else None,
+        "rss_created_mib": round(rss_created / 1024, 1) if rss_created else None,
+        "peak_rss_mib": round(peak / 1024, 1) if peak else None,  # VmHWM: the high-water mark
     }
 
 
@@ -661,6 +668,12 @@ def server_rss_kib(server: ManagedProcess) -> int | None:
     """The server's RSS now: for `serve --nodes`, the sum over its node processes."""
     pids = server_pids(server)
     return sum(proc_status_kib(p, "VmRSS") or 0 for p in pids) if pids else None
+
+
+def server_peak_rss_kib(server: ManagedProcess) -> int | None:
+    """The server's peak RSS so far (VmHWM): for `serve --nodes`, the sum over its nodes."""
+    pids = server_pids(server)
+    return sum(proc_status_kib(p, "VmHWM") or 0 for p in pids) if pids else None
 
 
 def server_pids(server: ManagedProcess) -> list[int]:
