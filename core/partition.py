@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import bisect
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 
@@ -110,8 +110,9 @@ class Partition:
         # prefix is dropped it may overstate, which only starts a lookup earlier (each
         # batch's own maximum decides).
         self._rows = array("q")
-        # Tier-2 index, one entry per chunk slice, sorted by offset (None until the first).
-        self._slices: list[ChunkSlice] | None = None
+        # Tier-2 index, one entry per chunk slice, sorted by offset: None until the first,
+        # the slice itself while it is the only one, then a list (see _slice_seq).
+        self._slices: ChunkSlice | list[ChunkSlice] | None = None
         self._producers: dict[int, ProducerState] | None = None
         self.txns: PartitionTxns | None = None  # created by the first transactional batch
         # Appended since this process started (the scaler balances splits with them).
@@ -296,26 +297,40 @@ class Partition:
 
     # --- tier-2 index ------------------------------------------------------------------
 
+    def _slice_seq(self) -> Sequence[ChunkSlice]:
+        """The tier-2 index as a sequence: None is empty, a lone slice is held as itself
+        (a one-element list cost ~90 bytes more, for most of a million partitions)."""
+        held = self._slices
+        if held is None:
+            return ()
+        return (held,) if isinstance(held, ChunkSlice) else held
+
+    def _set_slices(self, slices: list[ChunkSlice]) -> None:
+        self._slices = None if not slices else slices[0] if len(slices) == 1 else slices
+
     def add_slice(self, location: ChunkSlice) -> None:
-        if self._slices is None:
-            self._slices = []
-        i = bisect.bisect_left(self._slices, location.last_offset, key=_last_offset)
-        self._slices.insert(i, location)
+        held = self._slices
+        if held is None:
+            self._slices = location
+        else:
+            slices = [held] if isinstance(held, ChunkSlice) else held
+            i = bisect.bisect_left(slices, location.last_offset, key=_last_offset)
+            slices.insert(i, location)
+            self._slices = slices
         self.next_offset = max(self.next_offset, location.last_offset + 1)
 
     def slices(self) -> list[ChunkSlice]:
-        return list(self._slices or ())
+        return list(self._slice_seq())
 
     def slice_for(self, offset: int) -> ChunkSlice | None:
         """The tier-2 slice holding `offset`, or the first one after it."""
-        if not self._slices:
-            return None
-        i = bisect.bisect_left(self._slices, offset, key=_last_offset)
-        return self._slices[i] if i < len(self._slices) else None
+        slices = self._slice_seq()
+        i = bisect.bisect_left(slices, offset, key=_last_offset)
+        return slices[i] if i < len(slices) else None
 
     def slice_for_timestamp(self, timestamp: int) -> ChunkSlice | None:
         """The first tier-2 slice holding a record with timestamp >= `timestamp`."""
-        for location in self._slices or ():
+        for location in self._slice_seq():
             if (
                 location.max_timestamp >= timestamp
                 and location.last_offset >= self.log_start_offset
@@ -325,16 +340,14 @@ class Partition:
 
     def drop_slices_below(self, offset: int) -> None:
         """Forget tier-2 slices that end before `offset` (their chunk was deleted)."""
-        if not self._slices:
-            return
-        keep = bisect.bisect_left(self._slices, offset, key=_last_offset)
-        del self._slices[:keep]
+        slices = self._slice_seq()
+        keep = bisect.bisect_left(slices, offset, key=_last_offset)
+        if keep:
+            self._set_slices(list(slices[keep:]))
 
     def remove_chunk_slices(self, chunk_ids: set[int]) -> None:
         """Forget the tier-2 slices of these chunks (compaction replaced them)."""
-        if not self._slices:
-            return
-        self._slices = [s for s in self._slices if s.chunk_id not in chunk_ids]
+        self._set_slices([s for s in self._slice_seq() if s.chunk_id not in chunk_ids])
 
     def locate(
         self, offset: int, max_bytes: int, first_may_exceed: bool = True, limit: int | None = None
