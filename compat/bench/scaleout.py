@@ -8,6 +8,7 @@ all (the clients' own limit); with streamgate each node count gets a fresh clust
 Every client produces `records` records of `record_size` bytes, spread over the topic's
 partitions, acks and linger as the workload says; all start at one wall-clock instant.
 The figure is the total bytes over the span from that instant to the last delivery.
+Node counts above the usable cores are left out (and listed in the result).
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from compat.benchlib.topics import create_topic
-from harness.nodes_cluster import NodesCluster
 
 Report = dict[str, Any]
 START_DELAY_S = 3.0  # spawned clients import, connect and fetch metadata before the start
@@ -89,8 +89,17 @@ def measure(bootstrap: str, partitions: int, clients: int, w: Any, conf: Report)
 
 def scale_out(target: str, bootstrap: str, w: Any, conf: Report, gateway_args: list[str]) -> Report:
     """The driver's body for one target (see the module)."""
+    # here, not at the top: the spawned client processes import this module
+    from cli.serve import usable_cores
+    from harness.nodes_cluster import NodesCluster
+
     result: Report = {"ok": True}
-    counts = w.nodes
+    cores = usable_cores()
+    # more node processes than cores measures the scheduler, not scale-out: left out (the
+    # same file then runs on a laptop and on a 64-core machine)
+    counts = [n for n in w.nodes if n <= cores] or [min(w.nodes)]
+    result["usable_cores"] = cores
+    result["left_out"] = [n for n in w.nodes if n not in counts]
     if target != "streamgate":  # the clients' own limit, against one Kafka broker
         for n in counts:
             figures = measure(bootstrap, w.partitions, w.clients * n, w, conf)
