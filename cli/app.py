@@ -18,6 +18,7 @@ import hotpath
 from admin.auth import AdminSecurity
 from admin.server import AdminServer
 from cli.acl_flags import AclSettings
+from core import interpreter_tuning
 from core.acl.authorizer import Authorizer
 from core.acl.quotas import ClientQuotas
 from core.compaction import CompactionSettings
@@ -151,6 +152,8 @@ async def serve(settings: Settings) -> None:
         try:
             with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                 async with trio.open_nursery() as server_nursery:
+                    # RSS: freed heap back to the OS (core/interpreter_tuning.py)
+                    server_nursery.start_soon(interpreter_tuning.trim_heap_periodically)
                     authorizer = _authorizer(settings, store)
                     if settings.metrics_listen is not None:
                         host, metrics_port = settings.metrics_listen

@@ -59,6 +59,23 @@ def _bool(value: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
+def _node_count(value: str) -> int:
+    """`--nodes`: a count, or `auto` for one node per usable core."""
+    if value.strip().lower() == "auto":
+        return usable_cores()
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a count or auto, got {value!r}") from None
+
+
 def _env(name: str, default: str | None = None) -> str | None:
     return os.environ.get(f"STREAMGATE_{name}", default)
 
@@ -324,9 +341,10 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     serve_cmd.add_argument(
         "--nodes",
-        type=int,
-        default=int(_env("NODES", "1") or 1),
-        help="run N nodes on this machine under one supervisor: an embedded PostgreSQL in "
+        type=_node_count,
+        default=_env("NODES", "1") or "1",  # a string default goes through type too
+        help="run N nodes on this machine under one supervisor (auto: one per usable core); "
+        "an embedded PostgreSQL in "
         "DATA_DIR/postgres (unless --metadata), node i on --listen's port+i-1 with data in "
         "DATA_DIR/node-<i>, one shared tier 2 (STREAMGATE_NODES, default 1: one process; "
         "--nodes 1 --multi-node true: a one-node cluster)",

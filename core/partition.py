@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import bisect
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 import trio
 
@@ -24,6 +25,10 @@ INT32_MAX = 2**31 - 1
 PRODUCER_BATCH_CACHE = 5
 # `Partition.reserved` of a partition whose offsets are not reserved (no metadata store).
 UNRESERVED = 1 << 62
+# The tier-1 batch index is one flat array of rows of these int64 columns: one array object
+# per partition instead of one per column (a written partition cost ~110 bytes per column).
+_BASE, _LAST, _SEGMENT, _POSITION, _SIZE, _TS_PREFIX, _MAX_TS = range(7)
+_ROW = 7
 
 
 @dataclass(slots=True)
@@ -62,6 +67,9 @@ class SequenceCheck:
         self.duplicate_of = duplicate_of
 
 
+_last_offset = attrgetter("last_offset")  # the tier-2 index's sort key: slices bisect on it
+
+
 def _next_sequence(sequence: int) -> int:
     return 0 if sequence == INT32_MAX else sequence + 1
 
@@ -74,15 +82,8 @@ class Partition:
         "high_watermark",
         "log_start_offset",
         "compacted_end",
-        "_base_offsets",
-        "_last_offsets",
-        "_segment_ids",
-        "_positions",
-        "_sizes",
-        "_max_ts_prefix",
-        "_batch_max_ts",
+        "_rows",
         "_slices",
-        "_slice_last_offsets",
         "_producers",
         "txns",
         "bytes_in",
@@ -90,6 +91,8 @@ class Partition:
         "_waiters",
         "reserved",
         "reserve_at",
+        "raised_at",
+        "raised_offset",
         "deferred",
     )
 
@@ -101,19 +104,15 @@ class Partition:
         # Below this offset compaction rewrote tier 2: reads go there, never to the tier-1
         # copies (which still hold the removed records).
         self.compacted_end = 0
-        self._base_offsets = array("q")
-        self._last_offsets = array("q")
-        self._segment_ids = array("i")
-        self._positions = array("q")
-        self._sizes = array("i")
-        # Running maximum of batch max-timestamps: monotonic, so timestamp lookups bisect.
-        # It runs from the first batch ever indexed: after a prefix is dropped it may
-        # overstate, which only starts a lookup earlier (each batch's own maximum decides).
-        self._max_ts_prefix = array("q")
-        self._batch_max_ts = array("q")
-        # Tier-2 index, one entry per chunk slice, sorted by offset (None until the first).
-        self._slices: list[ChunkSlice] | None = None
-        self._slice_last_offsets: array | None = None
+        # Rows of (base offset, last offset, segment id, position, size, running maximum of
+        # batch max-timestamps, batch max-timestamp). The running maximum is monotonic, so
+        # timestamp lookups bisect; it runs from the first batch ever indexed: after a
+        # prefix is dropped it may overstate, which only starts a lookup earlier (each
+        # batch's own maximum decides).
+        self._rows = array("q")
+        # Tier-2 index, one entry per chunk slice, sorted by offset: None until the first,
+        # the slice itself while it is the only one, then a list (see _slice_seq).
+        self._slices: ChunkSlice | list[ChunkSlice] | None = None
         self._producers: dict[int, ProducerState] | None = None
         self.txns: PartitionTxns | None = None  # created by the first transactional batch
         # Appended since this process started (the scaler balances splits with them).
@@ -126,6 +125,9 @@ class Partition:
         # reservation is raised; an append ending above `reserve_at` asks for a raise.
         self.reserved = UNRESERVED
         self.reserve_at = UNRESERVED
+        # trio time and next offset at the last raise (-1: none yet): the partition's rate
+        self.raised_at = -1.0
+        self.raised_offset = 0
         self.deferred: list | None = None
 
     # --- index -------------------------------------------------------------------------
@@ -140,14 +142,19 @@ class Partition:
         size: int,
     ) -> None:
         last = base_offset + record_count - 1
-        self._base_offsets.append(base_offset)
-        self._last_offsets.append(last)
-        self._segment_ids.append(segment_id)
-        self._positions.append(position)
-        self._sizes.append(size)
-        previous = self._max_ts_prefix[-1] if self._max_ts_prefix else -1
-        self._max_ts_prefix.append(max(previous, max_timestamp))
-        self._batch_max_ts.append(max_timestamp)
+        rows = self._rows
+        previous = rows[-_ROW + _TS_PREFIX] if rows else -1
+        rows.extend(
+            (
+                base_offset,
+                last,
+                segment_id,
+                position,
+                size,
+                max(previous, max_timestamp),
+                max_timestamp,
+            )
+        )
         self.next_offset = last + 1
 
     def index_batch(
@@ -217,23 +224,19 @@ class Partition:
     def aborted_between(self, start: int, end: int) -> list[tuple[int, int]]:
         return self.txns.aborted_between(start, end) if self.txns is not None else []
 
-    def _index_columns(self) -> tuple[array, ...]:
-        return (
-            self._base_offsets,
-            self._last_offsets,
-            self._segment_ids,
-            self._positions,
-            self._sizes,
-            self._max_ts_prefix,
-            self._batch_max_ts,
-        )
+    def _column(self, k: int) -> memoryview:
+        """Column k of the index as a strided view, for bisect. Use it within one
+        expression: the array cannot grow while a view of it lives."""
+        return memoryview(self._rows)[k::_ROW]
+
+    def _row_count(self) -> int:
+        return len(self._rows) // _ROW
 
     def truncate_to(self, offset: int) -> None:
         """Forget every batch at or after `offset` (undo of a failed, unacknowledged write)."""
-        keep = bisect.bisect_left(self._base_offsets, offset)
-        for column in self._index_columns():
-            del column[keep:]
-        self.next_offset = self._last_offsets[-1] + 1 if self._last_offsets else offset
+        keep = bisect.bisect_left(self._column(_BASE), offset)
+        del self._rows[keep * _ROW :]
+        self.next_offset = self._rows[-_ROW + _LAST] + 1 if self._rows else offset
         self.high_watermark = min(self.high_watermark, self.next_offset)
         if self._producers:
             for state in self._producers.values():
@@ -244,7 +247,7 @@ class Partition:
     @property
     def local_start_offset(self) -> int:
         """The first offset indexed in tier 1; older offsets are read from tier 2."""
-        return self._base_offsets[0] if self._base_offsets else self.next_offset
+        return self._rows[_BASE] if self._rows else self.next_offset
 
     def size_bytes(self) -> int:
         """Bytes the partition holds: its tier-1 batches plus tier-2 slices older than them."""
@@ -254,25 +257,25 @@ class Partition:
 
     @property
     def local_batch_count(self) -> int:
-        return len(self._base_offsets)
+        return self._row_count()
 
     def drop_local_prefix(self, count: int) -> None:
         """Forget the `count` oldest tier-1 index entries (their files were trimmed)."""
         if count <= 0:
             return
-        for column in self._index_columns():
-            del column[:count]
+        del self._rows[: count * _ROW]
         # The running maximum is not rebuilt (a pass over every batch still indexed, on
         # the event loop, for each trimmed file): see its comment in __init__.
 
     def local_bytes_after(self, offset: int) -> int:
         """Bytes of tier-1 indexed batches that start after `offset`."""
-        i = bisect.bisect_right(self._base_offsets, offset)
-        return sum(self._sizes[i:])
+        i = bisect.bisect_right(self._column(_BASE), offset)
+        return sum(self._rows[i * _ROW + _SIZE :: _ROW])
 
     def local_location(self, i: int) -> tuple[int, int]:
         """(segment id, position) of the i-th oldest tier-1 index entry."""
-        return self._segment_ids[i], self._positions[i]
+        j = i * _ROW
+        return self._rows[j + _SEGMENT], self._rows[j + _POSITION]
 
     def skip_lost(self, end: int) -> None:
         """Offsets below `end` may have been acknowledged but are lost (the local log is
@@ -294,28 +297,40 @@ class Partition:
 
     # --- tier-2 index ------------------------------------------------------------------
 
+    def _slice_seq(self) -> Sequence[ChunkSlice]:
+        """The tier-2 index as a sequence: None is empty, a lone slice is held as itself
+        (a one-element list cost ~90 bytes more, for most of a million partitions)."""
+        held = self._slices
+        if held is None:
+            return ()
+        return (held,) if isinstance(held, ChunkSlice) else held
+
+    def _set_slices(self, slices: list[ChunkSlice]) -> None:
+        self._slices = None if not slices else slices[0] if len(slices) == 1 else slices
+
     def add_slice(self, location: ChunkSlice) -> None:
-        if self._slices is None:
-            self._slices, self._slice_last_offsets = [], array("q")
-        assert self._slice_last_offsets is not None
-        i = bisect.bisect_left(self._slice_last_offsets, location.last_offset)
-        self._slices.insert(i, location)
-        self._slice_last_offsets.insert(i, location.last_offset)
+        held = self._slices
+        if held is None:
+            self._slices = location
+        else:
+            slices = [held] if isinstance(held, ChunkSlice) else held
+            i = bisect.bisect_left(slices, location.last_offset, key=_last_offset)
+            slices.insert(i, location)
+            self._slices = slices
         self.next_offset = max(self.next_offset, location.last_offset + 1)
 
     def slices(self) -> list[ChunkSlice]:
-        return list(self._slices or ())
+        return list(self._slice_seq())
 
     def slice_for(self, offset: int) -> ChunkSlice | None:
         """The tier-2 slice holding `offset`, or the first one after it."""
-        if not self._slices or self._slice_last_offsets is None:
-            return None
-        i = bisect.bisect_left(self._slice_last_offsets, offset)
-        return self._slices[i] if i < len(self._slices) else None
+        slices = self._slice_seq()
+        i = bisect.bisect_left(slices, offset, key=_last_offset)
+        return slices[i] if i < len(slices) else None
 
     def slice_for_timestamp(self, timestamp: int) -> ChunkSlice | None:
         """The first tier-2 slice holding a record with timestamp >= `timestamp`."""
-        for location in self._slices or ():
+        for location in self._slice_seq():
             if (
                 location.max_timestamp >= timestamp
                 and location.last_offset >= self.log_start_offset
@@ -325,19 +340,14 @@ class Partition:
 
     def drop_slices_below(self, offset: int) -> None:
         """Forget tier-2 slices that end before `offset` (their chunk was deleted)."""
-        if not self._slices or self._slice_last_offsets is None:
-            return
-        keep = bisect.bisect_left(self._slice_last_offsets, offset)
-        del self._slices[:keep]
-        del self._slice_last_offsets[:keep]
+        slices = self._slice_seq()
+        keep = bisect.bisect_left(slices, offset, key=_last_offset)
+        if keep:
+            self._set_slices(list(slices[keep:]))
 
     def remove_chunk_slices(self, chunk_ids: set[int]) -> None:
         """Forget the tier-2 slices of these chunks (compaction replaced them)."""
-        if not self._slices or self._slice_last_offsets is None:
-            return
-        kept = [s for s in self._slices if s.chunk_id not in chunk_ids]
-        self._slices = kept
-        self._slice_last_offsets = array("q", (s.last_offset for s in kept))
+        self._set_slices([s for s in self._slice_seq() if s.chunk_id not in chunk_ids])
 
     def locate(
         self, offset: int, max_bytes: int, first_may_exceed: bool = True, limit: int | None = None
@@ -350,56 +360,56 @@ class Partition:
         high watermark as the end.
         """
         end = self.high_watermark if limit is None else limit
-        i = bisect.bisect_left(self._last_offsets, offset)
+        rows = self._rows
+        j = bisect.bisect_left(self._column(_LAST), offset) * _ROW
         found: list[BatchLocation] = []
         total = 0
-        while i < len(self._base_offsets) and self._last_offsets[i] < end:
-            size = self._sizes[i]
+        while j < len(rows) and rows[j + _LAST] < end:
+            size = rows[j + _SIZE]
             if total + size > max_bytes and (found or not first_may_exceed):
                 break
             found.append(
                 BatchLocation(
-                    self._base_offsets[i],
-                    self._last_offsets[i],
-                    self._segment_ids[i],
-                    self._positions[i],
-                    size,
+                    rows[j + _BASE], rows[j + _LAST], rows[j + _SEGMENT], rows[j + _POSITION], size
                 )
             )
             total += size
-            i += 1
+            j += _ROW
         return found
 
     def batches_from_timestamp(self, timestamp: int) -> Iterator[BatchLocation]:
         """Durable tier-1 batches from the first one holding a record with timestamp >=
         `timestamp` on, in offset order (the caller stops at its first match)."""
-        i = bisect.bisect_left(self._max_ts_prefix, timestamp)
+        i = bisect.bisect_left(self._column(_TS_PREFIX), timestamp)
         while (location := self._location(i)) is not None:
-            if self._batch_max_ts[i] >= timestamp:
+            if self._rows[i * _ROW + _MAX_TS] >= timestamp:
                 yield location
             i += 1
 
     def batch_with_max_timestamp(self, from_offset: int = 0) -> BatchLocation | None:
         """The durable tier-1 batch (ending at or after `from_offset`) with the largest
         timestamp; the earliest one on a tie."""
-        first = bisect.bisect_left(self._last_offsets, from_offset)
+        rows = self._rows
+        first = bisect.bisect_left(self._column(_LAST), from_offset)
         best = -1
-        for i in range(first, len(self._batch_max_ts)):
-            if self._last_offsets[i] >= self.high_watermark:
+        for i in range(first, self._row_count()):
+            j = i * _ROW
+            if rows[j + _LAST] >= self.high_watermark:
                 break
-            if best < 0 or self._batch_max_ts[i] > self._batch_max_ts[best]:
+            if best < 0 or rows[j + _MAX_TS] > rows[best * _ROW + _MAX_TS]:
                 best = i
         return self._location(best) if best >= 0 else None
 
     def _location(self, i: int) -> BatchLocation | None:
-        if i >= len(self._base_offsets) or self._last_offsets[i] >= self.high_watermark:
+        rows, j = self._rows, i * _ROW
+        if j >= len(rows) or rows[j + _LAST] >= self.high_watermark:
             return None
         return BatchLocation(
-            self._base_offsets[i],
-            self._last_offsets[i],
-            self._segment_ids[i],
-            self._positions[i],
-            self._sizes[i],
+            rows[j + _BASE],
+            rows[j + _LAST],
+            rows[j + _SEGMENT],
+            rows[j + _POSITION],
+            rows[j + _SIZE],
         )
 
     # --- idempotent producers ---------------------------------------------------------

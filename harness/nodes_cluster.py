@@ -53,7 +53,8 @@ def consecutive_free_ports(count: int, attempts: int = 200) -> int:
 
 
 class NodesCluster(ManagedProcess):
-    """`serve --nodes N --listen 127.0.0.1:BASE --data-dir DIR [extra_args]`."""
+    """`serve --nodes N --listen 127.0.0.1:BASE --data-dir DIR [extra_args]`; `nodes_flag`
+    replaces N on the command line (`auto`) while `nodes` stays the count to wait for."""
 
     name = "serve --nodes"
 
@@ -65,6 +66,7 @@ class NodesCluster(ManagedProcess):
         *,
         default_partitions: int = 3,
         env: Mapping[str, str] | None = None,
+        nodes_flag: str | None = None,
     ) -> None:
         work_dir = Path(work_dir)
         work_dir.mkdir(parents=True, exist_ok=True)
@@ -80,6 +82,7 @@ class NodesCluster(ManagedProcess):
         self.extra_args = tuple(extra_args)
         self.default_partitions = default_partitions
         self.extra_env = dict(env or {})
+        self.nodes_flag = nodes_flag or str(nodes)  # e.g. "auto", expected to mean `nodes`
 
     @property
     def ports(self) -> list[int]:
@@ -100,7 +103,7 @@ class NodesCluster(ManagedProcess):
             "cli",
             "serve",
             "--nodes",
-            str(self.nodes),
+            self.nodes_flag,
             "--listen",
             f"127.0.0.1:{self.base_port}",
             "--data-dir",

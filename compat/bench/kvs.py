@@ -40,7 +40,7 @@ from compat.benchlib.records import latency_ms, make_payloads
 from compat.benchlib.report import code_state, environment, log_problems
 from compat.benchlib.runs import ProduceRun, TailConsumer, producer_config, read_all
 from compat.benchlib.summary import get_path, median_range
-from compat.benchlib.topics import create_topic
+from compat.benchlib.topics import create_topic, create_topics
 from core.recordbatch import build_batch
 from harness.gateway import Gateway
 from harness.kafka import (
@@ -432,8 +432,10 @@ def many_raw(t: Target, w: Workload, shared: Report, display: Display) -> Report
 def _many_raw(t: Target, w: Workload, display: Display) -> Report:
     per_topic = _count(w.partitions)
     topics = [_topic("raw") for _ in range(w.topics)]
-    for topic in topics:
-        create_topic(t.bootstrap, topic, per_topic)
+    created = time.perf_counter()
+    create_topics(t.bootstrap, topics, per_topic)
+    create_s = time.perf_counter() - created
+    rss_created = server_rss_kib(t.server)
     batch = build_batch([(b"k", make_payloads(w.record_size)[0], [])])
     total = w.topics * per_topic
     done = errors = 0
@@ -470,14 +472,27 @@ def _many_raw(t: Target, w: Workload, display: Display) -> Report:
             pending = retry
     seconds = time.perf_counter() - started
     rss = server_rss_kib(t.server)
+    peak = server_peak_rss_kib(t.server)
     return {
         "ok": done == total,
         "records": total,
         "delivered": done,
         "retried": errors,
-        "seconds": round(seconds, 3),
+        "seconds": round(seconds, 3),  # the writes (topic creation is create_s)
+        "create_s": round(create_s, 3),
         "rss_mib": round(rss / 1024, 1) if rss else None,
+        "rss_created_mib": round(rss_created / 1024, 1) if rss_created else None,
+        "peak_rss_mib": round(peak / 1024, 1) if peak else None,  # VmHWM: the high-water mark
     }
+
+
+def scale_out(t: Target, w: Workload, shared: Report, display: Display) -> Report:
+    """Aggregate produce throughput of 1, 2, 4... nodes with clients in processes of their
+    own (compat/bench/scaleout.py); on Kafka the same clients: their own limit."""
+    from compat.bench.scaleout import scale_out as run
+
+    display.log(f"{t.name} scale-out: {list(w.nodes)} nodes, {w.clients} client process(es) each")
+    return run(t.name, t.bootstrap, w, _conf(w), GATEWAY_ARGS)
 
 
 RUNNERS: dict[str, Callable[[Target, Workload, Report, Display], Report]] = {
@@ -489,6 +504,7 @@ RUNNERS: dict[str, Callable[[Target, Workload, Report, Display], Report]] = {
     "partitions": partitions,
     "many": many,
     "many-raw": many_raw,
+    "scale-out": scale_out,
 }
 
 
@@ -528,6 +544,12 @@ ROWS: list[tuple[str, str, str, str, bool | None]] = [
     ("many partitions RSS MiB", "many", "rss_mib", ".0f", False),
     ("1 rec x many partitions s, raw client", "many-raw", "seconds", ".2f", False),
     ("many partitions RSS MiB, raw client", "many-raw", "rss_mib", ".0f", False),
+    ("many partitions create s, raw client", "many-raw", "create_s", ".1f", False),
+    ("many partitions peak RSS MiB, raw client", "many-raw", "peak_rss_mib", ".0f", False),
+    ("scale-out 1 node MiB/s", "scale-out", "n1.mib_per_s", ".1f", True),
+    ("scale-out 2 nodes MiB/s", "scale-out", "n2.mib_per_s", ".1f", True),
+    ("scale-out 4 nodes MiB/s", "scale-out", "n4.mib_per_s", ".1f", True),
+    ("scale-out 8 nodes MiB/s", "scale-out", "n8.mib_per_s", ".1f", True),
 ]
 
 
@@ -550,6 +572,7 @@ CANONICAL = {
     "partitions": "partitions",
     "many": "many",
     "many-raw": "many-raw",
+    "scale-out": "scale-out",
 }
 Row = tuple[str, str, str, str, bool | None]
 
@@ -661,6 +684,12 @@ def server_rss_kib(server: ManagedProcess) -> int | None:
     """The server's RSS now: for `serve --nodes`, the sum over its node processes."""
     pids = server_pids(server)
     return sum(proc_status_kib(p, "VmRSS") or 0 for p in pids) if pids else None
+
+
+def server_peak_rss_kib(server: ManagedProcess) -> int | None:
+    """The server's peak RSS so far (VmHWM): for `serve --nodes`, the sum over its nodes."""
+    pids = server_pids(server)
+    return sum(proc_status_kib(p, "VmHWM") or 0 for p in pids) if pids else None
 
 
 def server_pids(server: ManagedProcess) -> list[int]:

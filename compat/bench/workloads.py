@@ -25,6 +25,7 @@ DRIVERS = (
     "partitions",
     "many",
     "many-raw",
+    "scale-out",
 )
 MEASURES = ("throughput", "latency", "time")
 TARGETS = (
@@ -62,6 +63,7 @@ class Workload:
     tail_consumer: bool = False
     consume: bool = False  # read everything back after producing
     after: str | None = None  # a workload whose topic this one reads (perf-consumer)
+    nodes: tuple[int, ...] = (1,)  # scale-out: node processes, each count in turn
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +116,7 @@ def parse(name: str, data: dict[str, Any], quick: bool = False) -> Spec:
     bad = set(body.get("targets", ())) - set(TARGETS)
     if bad:
         raise WorkloadError(f"{name}: unknown targets {sorted(bad)} (known: {TARGETS})")
-    for key in ("targets", "partitions"):
+    for key in ("targets", "partitions", "nodes"):
         if isinstance(body.get(key), list):
             body[key] = tuple(body[key])
     return Workload(name=name, **body)

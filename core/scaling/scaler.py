@@ -77,15 +77,19 @@ class RateMeter:
         self.window = window
         self._samples: deque[_Sample] = deque()
 
-    def sample(self, now: float | None = None) -> None:
-        """Record the counters now; forget samples older than the window."""
+    def sample(self, now: float | None = None, partitions: bool = True) -> None:
+        """Record the counters now; forget samples older than the window. Without
+        `partitions` only the segments' (a fixed policy never weighs partitions, and a
+        sample of every partition costs ~150 bytes each: 10,000s of partitions per topic)."""
         now = time.monotonic() if now is None else now
         stream = self.stream
         self._samples.append(
             _Sample(
                 now,
                 {sid: (st.bytes_in, st.records_in) for sid, st in stream.stats.items()},
-                {i: (p.bytes_in, p.records_in) for i, p in stream.iter_partitions()},
+                {i: (p.bytes_in, p.records_in) for i, p in stream.iter_partitions()}
+                if partitions
+                else {},
             )
         )
         while len(self._samples) > 2 and self._samples[1].at <= now - self.window:
@@ -148,8 +152,8 @@ async def run_scaler(
             await stopping.wait()
         if stream.deleted or stopping.is_set():
             return
-        meter.sample()
         policy = ScalingPolicy.from_configs(stream.record.configs)
+        meter.sample(partitions=policy.kind != "fixed")
         if policy.kind == "fixed" or not CLUSTER.leads_any(stream.name):
             continue
         # several nodes: each node scales the open segments it owns

@@ -16,7 +16,11 @@ def add_chunk(stream: Stream, chunk: ChunkRecord) -> None:
     stream.chunks[chunk.chunk_id] = chunk
     for s in chunk.slices:
         s.chunk_id = chunk.chunk_id
-        stream.partition(s.partition).add_slice(s)
+        partition = stream.partition(s.partition)
+        # the partition's own index object, not the one parsed from the log: one int
+        # fewer per partition (32 bytes, a million partitions)
+        s.partition = partition.index
+        partition.add_slice(s)
 
 
 def producer_snapshots(stream: Stream, partitions: set[int]) -> list[ProducerSnapshot]:
