@@ -76,6 +76,10 @@ def build(verbose: bool = False) -> bool:
         os.chdir(previous)
     if verbose:
         print(out.getvalue(), file=sys.stderr)
+    # build_ext copies unchanged per-module stubs with their old times: stamp them now, or
+    # the staleness check would take a fresh build for an old one
+    for path in built_files():
+        os.utime(path)
     size = sum(path.stat().st_size for path in built_files())
     print(
         f"hotpath: compiled {len(MODULES)} modules in {time.monotonic() - started:.0f} s "
