@@ -68,6 +68,11 @@ class ClusterView:
             return None
         return self.owners.get(topic)
 
+    def knows_leaders(self, topic: str) -> bool:
+        """Several nodes: a sync has said who leads the topic (a topic another node created
+        is opened before its segments' owners are read; until then no leader is known)."""
+        return not self.enabled or topic in self.ranges or topic in self.owners
+
     def is_local(self, topic: str, partition: int = 0) -> bool:
         if not self.enabled:
             return True

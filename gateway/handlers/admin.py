@@ -130,6 +130,10 @@ def _with_topic_operations(ctx: GatewayContext, topic: TopicMetadata) -> TopicMe
 
 
 def _topic_metadata(topic: Topic) -> TopicMetadata:
+    if not CLUSTER.knows_leaders(topic.name):
+        # Opened here from another node's creation, its leaders not read yet: naming this
+        # node would send clients to a node that refuses them (clients retry this code).
+        return TopicMetadata(ErrorCode.LEADER_NOT_AVAILABLE, topic.name, 0, topic.topic_id)
     leader = CLUSTER.leader(topic.name)  # several nodes: the owner of its segments
     ranges = CLUSTER.leader_ranges(topic.name, topic.partition_count)  # per-partition leaders
     return TopicMetadata(
