@@ -28,7 +28,7 @@ GROUP_SUBSCRIBED_TO_TOPIC = 86
 ADVERTISED = {
     8: (2, 9),  # OffsetCommit
     9: (1, 9),  # OffsetFetch
-    10: (0, 4),  # FindCoordinator
+    10: (0, 5),  # FindCoordinator
     11: (0, 9),  # JoinGroup
     12: (0, 4),  # Heartbeat
     13: (0, 5),  # LeaveGroup

@@ -24,7 +24,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from support.client import wait_until
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from support.client import RawClient, wait_until
 from support.nodes import requires_postgres
 
 from harness.nodes_cluster import NodesCluster, consecutive_free_ports
@@ -66,11 +67,21 @@ def _topic(cluster: NodesCluster) -> str:
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS)])[topic].result(30)
 
-    def leaders() -> list[int]:
-        meta = admin.list_topics(topic, timeout=10).topics[topic].partitions
-        return sorted(m.leader for m in meta.values())
+    def leaders(bootstrap: str) -> list[int]:
+        """One node's own answer: each node learns a topic created elsewhere at its sync
+        (not yet: UNKNOWN_TOPIC_OR_PARTITION, then LEADER_NOT_AVAILABLE, no partitions)."""
+        with RawClient(bootstrap) as client:
+            answer = client.request(
+                MetadataRequest(
+                    topics=(MetadataRequestTopic(topic_id=None, name=topic),),
+                    allow_auto_topic_creation=False,
+                    include_topic_authorized_operations=False,
+                )
+            ).topics[0]
+        return sorted(p.leader_id for p in answer.partitions)
 
-    wait_until(lambda: leaders() == [1, 2, 3], 30)
+    for bootstrap in cluster.bootstraps:
+        wait_until(lambda: leaders(bootstrap) == [1, 2, 3], 30)  # noqa: B023
     return topic
 
 
@@ -136,8 +147,6 @@ def test_commit_and_abort_across_the_nodes(cluster: NodesCluster) -> None:
 def test_a_late_write_to_another_nodes_partition_is_refused(cluster: NodesCluster) -> None:
     """KIP-890 part 1 across nodes: one node coordinates the id, another leads the
     partition and checks a transaction's first write there against the committed record."""
-    from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
-    from support.client import RawClient
     from system.test_txn_protocol import _add, _end, _init, _txn_batch
     from system.test_txn_verification import _offset, _produce
 
@@ -159,6 +168,7 @@ def test_a_late_write_to_another_nodes_partition_is_refused(cluster: NodesCluste
     # A partition whose leader takes the transaction's first write (a node learns of a new
     # topic, then of its segments, at its next syncs: UNKNOWN_TOPIC_OR_PARTITION and
     # NOT_LEADER_OR_FOLLOWER until then).
+    codes: dict[int, int] = {}
     for part, node in sorted((p, m.leader) for p, m in described.topics[topic].partitions.items()):
         other = 1 if node != 1 else 2  # node `other` coordinates the id, node `node` leads
         tid = _id_on(other, f"late{part}")
@@ -166,8 +176,8 @@ def test_a_late_write_to_another_nodes_partition_is_refused(cluster: NodesCluste
         pid = _init(coordinator, tid).producer_id
 
         def added() -> list | None:
-            codes = _add(coordinator, tid, pid, 0, topic, part)  # noqa: B023
-            return None if codes == [3] else codes
+            added = _add(coordinator, tid, pid, 0, topic, part)  # noqa: B023
+            return None if added == [3] else added
 
         assert wait_until(added, 15) == [0]
         wait_until(lambda: metadata_leader(leader, part) == node, 15)  # noqa: B023
@@ -179,10 +189,11 @@ def test_a_late_write_to_another_nodes_partition_is_refused(cluster: NodesCluste
             time.sleep(0.1)
         if code == 0:
             break
+        codes[part] = code
         coordinator.close()
         leader.close()
     else:
-        raise AssertionError("no leader took its partition")
+        raise AssertionError(f"no leader took its partition: {codes}")
     with coordinator, leader:
         assert _produce(leader, 11, tid, topic, part, _txn_batch(pid, 0, 1, [b"b"])).error_code == 0
         assert _end(coordinator, tid, pid, 0, commit=False) == 0
