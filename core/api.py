@@ -291,12 +291,27 @@ class Transactions(Protocol):
     ) -> int: ...
 
     async def txn_offset_commit(
-        self, transactional_id: str, producer_id: int, epoch: int, offsets: list[CommittedOffset]
-    ) -> int: ...
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        offsets: list[CommittedOffset],
+        implicit: bool = False,
+    ) -> int:
+        """`implicit` (TxnOffsetCommit v5, transactions v2): opens the transaction if needed,
+        without AddOffsetsToTxn."""
+        ...
 
     async def end_txn(
         self, transactional_id: str, producer_id: int, epoch: int, commit: bool
     ) -> int: ...
+
+    async def end_txn_v2(
+        self, transactional_id: str, producer_id: int, epoch: int, commit: bool
+    ) -> tuple[int, int, int]:
+        """EndTxn v5 (transactions v2): (error, producer id, epoch) with the epoch bumped by
+        every ending transaction."""
+        ...
 
     def check_produce(
         self,
@@ -305,9 +320,11 @@ class Transactions(Protocol):
         partition: int,
         records: bytes | memoryview | None,
         abortable: bool = False,
+        implicit: bool = False,
     ) -> int:
         """Error code for a transactional Produce to this partition (NONE: go on).
-        `abortable`: the client knows TRANSACTION_ABORTABLE (Produce v11+)."""
+        `abortable`: the client knows TRANSACTION_ABORTABLE (Produce v11+); `implicit`: a
+        partition outside the open transaction is added by the write (Produce v12+)."""
         ...
 
     def verified_append(
@@ -318,9 +335,11 @@ class Transactions(Protocol):
         records: bytes | memoryview | None,
         abortable: bool,
         start: Callable[[], AppendResult | PendingAppend],
+        implicit: bool = False,
     ) -> PendingAppend | None:
         """Several nodes: `start` deferred until the transactional id's committed record
-        admits the write (None: start it now)."""
+        admits the write; one node with `implicit`: until the partition is added to the open
+        transaction (None: start it now)."""
         ...
 
     def verify_partitions(

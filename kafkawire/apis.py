@@ -125,13 +125,13 @@ SUPPORTED_APIS: dict[int, ApiSupport] = {
     ApiKey.DESCRIBE_ACLS: ApiSupport(1, 3, 2),
     ApiKey.CREATE_ACLS: ApiSupport(1, 3, 2),
     ApiKey.DELETE_ACLS: ApiSupport(1, 3, 2),
-    # Transactions (gateway/handlers/txn.py, core/txn): transaction.version 1 (KIP-890 part
-    # 1: v4+ may answer TRANSACTION_ABORTABLE). EndTxn v5 and TxnOffsetCommit v5 are
-    # transaction.version 2's, which is not implemented (docs/transactions.md).
+    # Transactions (gateway/handlers/txn.py, core/txn): KIP-890 part 1 (v4+ may answer
+    # TRANSACTION_ABORTABLE) and transaction.version 2 (EndTxn v5 bumps the epoch,
+    # TxnOffsetCommit v5 and Produce v12 add to the transaction implicitly).
     ApiKey.ADD_PARTITIONS_TO_TXN: ApiSupport(0, 5, 3),  # v4+: batched, verify-only
     ApiKey.ADD_OFFSETS_TO_TXN: ApiSupport(0, 4, 3),
-    ApiKey.END_TXN: ApiSupport(0, 4, 3),
-    ApiKey.TXN_OFFSET_COMMIT: ApiSupport(0, 4, 3),
+    ApiKey.END_TXN: ApiSupport(0, 5, 3),
+    ApiKey.TXN_OFFSET_COMMIT: ApiSupport(0, 5, 3),
     ApiKey.DESCRIBE_TRANSACTIONS: ApiSupport(0, 0, 0),
     ApiKey.LIST_TRANSACTIONS: ApiSupport(0, 2, 0),  # v1: duration filter, v2: id pattern
     # Client quotas (gateway/handlers/quotas.py), enforced on Produce/Fetch (gateway/limits).
@@ -157,7 +157,19 @@ SUPPORTED_APIS: dict[int, ApiSupport] = {
 
 # Feature flags ApiVersions v3+ reports (KIP-584): name -> (min, max) supported, and the
 # level in force. group.version 1: the consumer group protocol (ConsumerGroupHeartbeat);
-# share.version 1: share groups (KIP-932). A range starting at 0 is reported from v4 only:
-# clients before KIP-1022 (Java 3.x) refuse it.
-SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {"group.version": (0, 1), "share.version": (1, 1)}
-FINALIZED_FEATURES: dict[str, int] = {"group.version": 1, "share.version": 1}
+# share.version 1: share groups (KIP-932); transaction.version 2: transactions v2 (KIP-890
+# part 2; one node only, see gateway/handlers/admin.py). A range starting at 0 is reported
+# from v4 only: clients before KIP-1022 (Java 3.x) refuse it.
+SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {
+    "group.version": (0, 1),
+    "share.version": (1, 1),
+    "transaction.version": (0, 2),
+}
+FINALIZED_FEATURES: dict[str, int] = {
+    "group.version": 1,
+    "share.version": 1,
+    "transaction.version": 2,
+}
+# Not finalized on several nodes: a partition's leader there cannot add it to a transaction
+# another node coordinates, so clients keep transactions v1.
+SINGLE_NODE_FEATURES = frozenset({"transaction.version"})

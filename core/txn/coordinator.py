@@ -113,6 +113,9 @@ class TransactionCoordinator:
         self._stopping = trio.Event()
         # (topic, partition, producer id) -> set once its last deferred write has started
         self._verifying: dict[tuple[str, int, int], trio.Event] = {}
+        # Transactions v2: id -> (producer id, epoch) its last ending ran out of epochs with
+        # (a retried EndTxn still names them); in memory only.
+        self._rolled_over: dict[str, tuple[int, int]] = {}
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Load every transactional id, finish or time out what was in flight, then keep
@@ -259,8 +262,11 @@ class TransactionCoordinator:
         producer_id: int,
         epoch: int,
         offsets: list[CommittedOffset],
+        implicit: bool = False,
     ) -> int:
-        """Remember offsets until the transaction ends: committed with it, or dropped."""
+        """Remember offsets until the transaction ends: committed with it, or dropped.
+        `implicit` (v5, transactions v2): the group joins the transaction here, opening one
+        if none is, instead of through AddOffsetsToTxn."""
         if not self.coordinates(transactional_id):
             return ErrorCode.NOT_COORDINATOR
         async with self._lock(transactional_id):
@@ -269,8 +275,12 @@ class TransactionCoordinator:
             error = self._check(txn, producer_id, epoch)
             if error or txn is None:
                 return error
+            opened = False
             if txn.state != ONGOING:
-                return ErrorCode.INVALID_TXN_STATE
+                if not implicit:
+                    return ErrorCode.INVALID_TXN_STATE
+                self._begin(txn)
+                opened = True
             keep = {(o.group_id, o.topic, o.partition) for o in offsets}
             txn.offsets = [o for o in txn.offsets if (o.group_id, o.topic, o.partition) not in keep]
             txn.offsets.extend(
@@ -280,6 +290,8 @@ class TransactionCoordinator:
                 for o in offsets
             )
             await self._save(txn)
+            if opened:
+                self._start_timer(txn)
             return ErrorCode.NONE
 
     async def end_txn(
@@ -301,6 +313,47 @@ class TransactionCoordinator:
                 return ErrorCode.NONE
             return ErrorCode.INVALID_TXN_STATE
 
+    async def end_txn_v2(
+        self, transactional_id: str, producer_id: int, epoch: int, commit: bool
+    ) -> tuple[int, int, int]:
+        """EndTxn v5 (transactions v2, KIP-890 part 2): (error, producer id, epoch). Every
+        ending bumps the epoch (the markers carry the new one, so a write of the ended
+        transaction arriving late is fenced); past the last epoch the id gets a new producer
+        id. A retry of the EndTxn that ended it (the old epoch, the same outcome) is answered
+        NONE with the current pair. An abort with nothing open still bumps the epoch (a v2
+        client cannot know whether its writes opened a transaction); a commit is
+        INVALID_TXN_STATE."""
+        if not self.coordinates(transactional_id):
+            return ErrorCode.NOT_COORDINATOR, -1, -1
+        async with self._lock(transactional_id):
+            await self._refresh(transactional_id)
+            txn = self._txns.get(transactional_id)
+            if txn is not None and self._is_end_retry(txn, producer_id, epoch, commit):
+                return ErrorCode.NONE, txn.producer_id, txn.epoch
+            error = self._check(txn, producer_id, epoch)
+            if error or txn is None:
+                return error, -1, -1
+            if txn.state == ONGOING:
+                await self._end(txn, commit, bump_epoch=True)
+            elif commit:
+                return ErrorCode.INVALID_TXN_STATE, -1, -1
+            else:
+                txn.epoch += 1
+                txn.state, txn.update_ms = COMPLETE_ABORT, _now_ms()
+                await self._roll_over(txn)
+                await self._save(txn)
+            return ErrorCode.NONE, txn.producer_id, txn.epoch
+
+    def _is_end_retry(self, txn: TxnRecord, producer_id: int, epoch: int, commit: bool) -> bool:
+        """A v2 EndTxn that already ended the transaction, sent again. The bumped pair is
+        enough to tell: no other path leaves CompleteCommit one epoch ahead (v1's bumps end
+        in Empty or CompleteAbort, and an abort's retry answered NONE is harmless)."""
+        if txn.state != (COMPLETE_COMMIT if commit else COMPLETE_ABORT):
+            return False
+        if producer_id == txn.producer_id and epoch + 1 == txn.epoch:
+            return True
+        return self._rolled_over.get(txn.transactional_id) == (producer_id, epoch)
+
     def check_produce(
         self,
         transactional_id: str,
@@ -308,6 +361,7 @@ class TransactionCoordinator:
         partition: int,
         records: bytes | memoryview | None,
         abortable: bool = False,
+        implicit: bool = False,
     ) -> int:
         """May this transactional Produce append to the partition? KIP-890 part 1: only if
         its batches' producer id and epoch are the id's current ones and the partition is in
@@ -315,7 +369,8 @@ class TransactionCoordinator:
         retry) is refused instead of opening a transaction nobody will end. The answer is
         Kafka 3.8+'s: INVALID_PRODUCER_EPOCH for another epoch, and for a partition outside
         the transaction TRANSACTION_ABORTABLE to clients that know it (`abortable`),
-        INVALID_TXN_STATE to older ones.
+        INVALID_TXN_STATE to older ones. With `implicit` (Produce v12, transactions v2) such a
+        partition passes: `verified_append` adds it before the write starts.
         Several nodes: `verified_append` checks against the committed record instead (this
         node's copy may be a moment behind when the id has just come back to it)."""
         if CLUSTER.enabled:
@@ -329,8 +384,12 @@ class TransactionCoordinator:
             header.producer_id,
             header.producer_epoch,
             (topic, partition),
-            abortable,
+            True,
         )
+        if implicit and error == ErrorCode.TRANSACTION_ABORTABLE:  # outside the transaction
+            return ErrorCode.NONE
+        if error == ErrorCode.TRANSACTION_ABORTABLE and not abortable:
+            error = ErrorCode.INVALID_TXN_STATE
         return self._produce_error(error, abortable)
 
     @staticmethod
@@ -350,14 +409,21 @@ class TransactionCoordinator:
         records: bytes | memoryview | None,
         abortable: bool,
         start: Callable[[], AppendResult | PendingAppend],
+        implicit: bool = False,
     ) -> VerifiedAppend | None:
         """Several nodes: the append `start` begins, deferred until the id's committed record
         (the metadata store is the arbiter, whichever node coordinates the id) shows the
         partition in its open transaction. None where no deferral is needed (one node:
         `check_produce` decided; the producer's transaction is already open on the
-        partition, checked when it began; an unreadable batch, which the append refuses)."""
+        partition, checked when it began; an unreadable batch, which the append refuses).
+        One node with `implicit` (Produce v12): a write to a partition outside the open
+        transaction is deferred until the coordinator has added it (durably), as Kafka's
+        leader asks its coordinator. Several nodes add nothing (transactions v2 is not
+        offered there): such a write is refused as in v1."""
         if not CLUSTER.enabled:
-            return None
+            if not implicit:
+                return None
+            return self._implicit_add(transactional_id, topic, partition, records, start)
         try:
             header = read_batch_header(records or b"")
         except RecordBatchError:
@@ -387,6 +453,44 @@ class TransactionCoordinator:
                     del self._verifying[key]
 
         return VerifiedAppend(verify, start, previous, done)
+
+    def _implicit_add(
+        self,
+        transactional_id: str,
+        topic: str,
+        partition: int,
+        records: bytes | memoryview | None,
+        start: Callable[[], AppendResult | PendingAppend],
+    ) -> VerifiedAppend | None:
+        try:
+            header = read_batch_header(records or b"")
+        except RecordBatchError:
+            return None
+        producer_id, epoch = header.producer_id, header.producer_epoch
+        tp = (topic, partition)
+        txn = self._txns.get(transactional_id)
+        if self._verify(txn, producer_id, epoch, tp, True) == ErrorCode.NONE:
+            return None  # already in the open transaction
+        key = (topic, partition, producer_id)
+        previous = self._verifying.get(key)
+        done = self._verifying[key] = trio.Event()
+
+        async def add() -> int:
+            try:
+                txn = self._txns.get(transactional_id)
+                if self._verify(txn, producer_id, epoch, tp, True) == ErrorCode.NONE:
+                    return ErrorCode.NONE  # the write before this one added it
+                try:
+                    errors = await self.add_partitions(transactional_id, producer_id, epoch, [tp])
+                except StoreError as exc:  # retriable for every client
+                    log.debug("adding %s to %s: %s", tp, transactional_id, exc)
+                    return ErrorCode.NOT_ENOUGH_REPLICAS
+                return self._produce_error(errors[tp], True)
+            finally:
+                if self._verifying.get(key) is done:
+                    del self._verifying[key]
+
+        return VerifiedAppend(add, start, previous, done)
 
     def _holds_open(self, topic: str, partition: int, producer_id: int) -> bool:
         stream = self._store.streams.get(topic)
@@ -457,12 +561,20 @@ class TransactionCoordinator:
         else:
             txn.epoch += 1
 
+    async def _roll_over(self, txn: TxnRecord) -> None:
+        """An epoch bumped to MAX_EPOCH (the markers used it) is the producer id's last: the
+        id goes on with a new producer id at epoch 0."""
+        if txn.epoch >= MAX_EPOCH:
+            self._rolled_over[txn.transactional_id] = (txn.producer_id, txn.epoch - 1)
+            txn.producer_id = await self._store.allocate_producer_id()
+            txn.epoch = 0
+
     async def _end(self, txn: TxnRecord, commit: bool, bump_epoch: bool = False) -> None:
         """Ongoing -> PrepareX (durable) -> markers, offsets -> CompleteX (durable).
         `bump_epoch` fences the producer: its markers carry the new epoch."""
         self._cancel_timer(txn.transactional_id)
-        if bump_epoch:
-            await self._bump_epoch(txn)
+        if bump_epoch:  # the markers carry it: up to MAX_EPOCH, then `_complete` rolls over
+            txn.epoch += 1
         txn.state = PREPARE_COMMIT if commit else PREPARE_ABORT
         txn.update_ms = _now_ms()
         await self._save(txn)
@@ -480,6 +592,7 @@ class TransactionCoordinator:
         txn.state = COMPLETE_COMMIT if commit else COMPLETE_ABORT
         txn.partitions, txn.offsets = [], []
         txn.update_ms = _now_ms()  # start_ms stays: Kafka describes the last one
+        await self._roll_over(txn)
         await self._save(txn)
         log.debug("transactional id %s: %s", txn.transactional_id, txn.state)
 

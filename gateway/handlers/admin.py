@@ -11,7 +11,12 @@ from core.acl.model import CLUSTER_NAME, SUPPORTED_OPERATIONS, Operation, Resour
 from core.api import ZERO_UUID, Topic, TopicError, validate_topic_name
 from core.cluster.view import CLUSTER
 from core.errors import ErrorCode
-from kafkawire.apis import FINALIZED_FEATURES, SUPPORTED_APIS, SUPPORTED_FEATURES
+from kafkawire.apis import (
+    FINALIZED_FEATURES,
+    SINGLE_NODE_FEATURES,
+    SUPPORTED_APIS,
+    SUPPORTED_FEATURES,
+)
 from kafkawire.codec import RequestHeader
 from kafkawire.metadata_response import TopicMetadata, encode_metadata_response
 
@@ -30,7 +35,8 @@ _MAX_PRODUCER_EPOCH = 32767
 
 def api_versions_body(error_code: int = ErrorCode.NONE, version: int = 0) -> dict[str, Any]:
     """The APIs and, from v3, the features: supported ranges (before v4 without those whose
-    minimum is 0, which older clients cannot read) and the finalized levels."""
+    minimum is 0, which older clients cannot read) and the finalized levels (on several
+    nodes without the one-node ones)."""
     return {
         "error_code": error_code,
         "api_keys": [
@@ -46,6 +52,7 @@ def api_versions_body(error_code: int = ErrorCode.NONE, version: int = 0) -> dic
         "finalized_features": [
             {"name": name, "min_version_level": level, "max_version_level": level}
             for name, level in sorted(FINALIZED_FEATURES.items())
+            if not (CLUSTER.enabled and name in SINGLE_NODE_FEATURES)
         ],
     }
 

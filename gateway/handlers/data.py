@@ -111,9 +111,11 @@ def _check_transactional(
     ctx: GatewayContext, txn_id: str, topic: str, index: int, records: Any, version: int
 ) -> int:
     """The transaction coordinator's word on a transactional Produce to this partition
-    (v11+ clients know TRANSACTION_ABORTABLE)."""
+    (v11+ clients know TRANSACTION_ABORTABLE; v12 adds the partition to the transaction)."""
     assert ctx.transactions is not None
-    return ctx.transactions.check_produce(txn_id, topic, index, records, version >= 11)
+    return ctx.transactions.check_produce(
+        txn_id, topic, index, records, version >= 11, implicit=version >= 12
+    )
 
 
 def _verified_append(
@@ -125,8 +127,8 @@ def _verified_append(
     records: Any,
     acks: int,
 ) -> PendingAppend | None:
-    """Several nodes: a transactional write the coordinator (another node) must admit
-    first, deferred; None to append now."""
+    """A transactional write the coordinator must admit (several nodes) or add to the
+    transaction (Produce v12) first, deferred; None to append now."""
     assert ctx.transactions is not None
     return ctx.transactions.verified_append(
         txn_id,
@@ -135,6 +137,7 @@ def _verified_append(
         records,
         header.api_version >= 11,
         lambda: stream.start_append(index, records, acks or -1, transactional=True),
+        implicit=header.api_version >= 12,
     )
 
 

@@ -188,7 +188,11 @@ async def txn_offset_commit(
         else:
             try:
                 error = await txns.txn_offset_commit(
-                    body.transactional_id, body.producer_id, body.producer_epoch, offsets
+                    body.transactional_id,
+                    body.producer_id,
+                    body.producer_epoch,
+                    offsets,
+                    implicit=header.api_version >= 5,  # transactions v2: no AddOffsetsToTxn
                 )
             except StoreError as exc:
                 error = log_store_error("TxnOffsetCommit", exc)
@@ -215,6 +219,14 @@ async def end_txn(ctx: GatewayContext, header: RequestHeader, body: Any) -> dict
     txns = _coordinator(ctx)
     if txns is None:
         return {"error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE}
+    if header.api_version >= 5:  # transactions v2: the epoch is bumped, answered back
+        try:
+            error, producer_id, epoch = await txns.end_txn_v2(
+                body.transactional_id, body.producer_id, body.producer_epoch, body.committed
+            )
+        except StoreError as exc:
+            error, producer_id, epoch = log_store_error("EndTxn", exc), -1, -1
+        return {"error_code": error, "producer_id": producer_id, "producer_epoch": epoch}
     try:
         error = await txns.end_txn(
             body.transactional_id, body.producer_id, body.producer_epoch, body.committed

@@ -199,10 +199,15 @@ def test_api_versions_finalizes_group_version_1(shared_gateway, version):
     finalized = {
         f.name: (f.min_version_level, f.max_version_level) for f in response.finalized_features
     }
-    assert finalized == {"group.version": (1, 1), "share.version": (1, 1)}
+    assert finalized == {
+        "group.version": (1, 1),
+        "share.version": (1, 1),
+        "transaction.version": (2, 2),
+    }
     supported = {f.name: (f.min_version, f.max_version) for f in response.supported_features}
     share = {"share.version": (1, 1)}  # a minimum of 1: every version shows it
-    assert supported == ({"group.version": (0, 1), **share} if version >= 4 else share)
+    from_zero = {"group.version": (0, 1), "transaction.version": (0, 2)}
+    assert supported == ({**from_zero, **share} if version >= 4 else share)
     keys = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
     assert keys[68] == (0, 1) and keys[69] == (0, 1)
 

@@ -215,6 +215,18 @@ def test_a_late_write_to_another_nodes_partition_is_refused(cluster: NodesCluste
         assert _end(coordinator, tid, pid, 0, commit=True) == 0
         wait_until(lambda: _offset(leader, topic, part, -1, isolation=1) == 5, 15)
 
+        # Transactions v2 is not finalized on several nodes: a v12 write outside the
+        # transaction is refused as in v1, not added to it.
+        from kio.schema.api_versions.v4.request import ApiVersionsRequest
+
+        v2_write = _txn_batch(pid, 0, 3, [b"v2"])
+        assert _produce(leader, 12, tid, topic, part, v2_write).error_code == 120
+        versions = leader.request(
+            ApiVersionsRequest(client_software_name="tests", client_software_version="1")
+        )
+        assert "transaction.version" in {f.name for f in versions.supported_features}
+        assert "transaction.version" not in {f.name for f in versions.finalized_features}
+
 
 def test_a_group_config_set_through_one_node_reaches_the_others(cluster: NodesCluster) -> None:
     """Per-group configs live in the metadata store; every node reloads them each second."""
