@@ -495,6 +495,11 @@ class SegmentLog:
                 flushed.set()
             else:
                 self._group_durable(*last)
+                del last
+            # Drop the flushed group before waiting for the next: an idle segment kept its
+            # last group's batches and appends alive (a million partitions over 100 topics:
+            # ~95,000 of each, over 100 MiB).
+            del buffers, batch
 
     def _write_groups(
         self,
