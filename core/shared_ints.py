@@ -3,7 +3,7 @@
 Every int above 256 is an object of its own (32 bytes with its allocator slot). With a
 million partitions written once each, most of their per-partition ints carry the same few
 values (the partition indexes of 0-9,999 in every topic, one batch size, one reservation
-mark, one timestamp), yet each was a separate object: about seven per partition, 220 MiB.
+mark, one timestamp): as separate objects, about seven per partition, over 200 MiB.
 `shared` hands out one object per value instead.
 
 The table is bounded: when full it is emptied and starts over, so values that never repeat
