@@ -29,6 +29,9 @@ UNRESERVED = 1 << 62
 # per partition instead of one per column (a written partition cost ~110 bytes per column).
 _BASE, _LAST, _SEGMENT, _POSITION, _SIZE, _TS_PREFIX, _MAX_TS = range(7)
 _ROW = 7
+# The index of every partition with no tier-1 batch (new, or all of it in tier 2): one
+# shared array, never written to (an empty array of its own cost 80 bytes per partition).
+_NO_ROWS = array("q")
 
 
 @dataclass(slots=True)
@@ -109,7 +112,7 @@ class Partition:
         # timestamp lookups bisect; it runs from the first batch ever indexed: after a
         # prefix is dropped it may overstate, which only starts a lookup earlier (each
         # batch's own maximum decides).
-        self._rows = array("q")
+        self._rows = _NO_ROWS
         # Tier-2 index, one entry per chunk slice, sorted by offset: None until the first,
         # the slice itself while it is the only one, then a list (see _slice_seq).
         self._slices: ChunkSlice | list[ChunkSlice] | None = None
@@ -143,6 +146,8 @@ class Partition:
     ) -> None:
         last = base_offset + record_count - 1
         rows = self._rows
+        if rows is _NO_ROWS:
+            rows = self._rows = array("q")
         previous = rows[-_ROW + _TS_PREFIX] if rows else -1
         rows.extend(
             (
@@ -235,7 +240,10 @@ class Partition:
     def truncate_to(self, offset: int) -> None:
         """Forget every batch at or after `offset` (undo of a failed, unacknowledged write)."""
         keep = bisect.bisect_left(self._column(_BASE), offset)
-        del self._rows[keep * _ROW :]
+        if keep < self._row_count():
+            del self._rows[keep * _ROW :]
+            if not self._rows:
+                self._rows = _NO_ROWS
         self.next_offset = self._rows[-_ROW + _LAST] + 1 if self._rows else offset
         self.high_watermark = min(self.high_watermark, self.next_offset)
         if self._producers:
@@ -264,6 +272,8 @@ class Partition:
         if count <= 0:
             return
         del self._rows[: count * _ROW]
+        if not self._rows:
+            self._rows = _NO_ROWS
         # The running maximum is not rebuilt (a pass over every batch still indexed, on
         # the event loop, for each trimmed file): see its comment in __init__.
 

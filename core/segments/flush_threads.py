@@ -76,6 +76,7 @@ class _Worker:
                         return
                 continue
             self.report(_Final(outcome.capture(fn, *args)))
+            del fn, args  # not kept alive (a group's batches) while waiting for the next job
 
     async def wait_for_job(self, on_progress: Callable[[Any], None] | None) -> outcome.Outcome[Any]:
         """On the loop: handle the job's reports until its outcome, and return that."""

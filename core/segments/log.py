@@ -495,6 +495,11 @@ class SegmentLog:
                 flushed.set()
             else:
                 self._group_durable(*last)
+                del last
+            # Drop the flushed group before waiting for the next: held here, an idle segment
+            # would keep its last group's batches and appends alive until its next write
+            # (~95,000 of each over 100 topics written once each, ~150 MiB).
+            del buffers, batch
 
     def _write_groups(
         self,

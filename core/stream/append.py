@@ -15,6 +15,7 @@ from ..errors import ErrorCode
 from ..partition import Partition
 from ..recordbatch import RecordBatchError, control_type, patch_base_offset, split_batches
 from ..segments.log import PendingAppend as LogAppend
+from ..shared_ints import shared
 
 if TYPE_CHECKING:
     from .stream import Stream
@@ -169,7 +170,10 @@ def start_append(
         )
         stats.bytes_in += len(batch)
         stats.records_in += header.record_count
-        partition.bytes_in += len(batch)
+        if partition.bytes_in:
+            partition.bytes_in += len(batch)
+        else:  # a first batch: its size is one that many partitions repeat
+            partition.bytes_in = shared(len(batch))
         partition.records_in += header.record_count
         first_offset = base_offset if first_offset is None else first_offset
         wait_for_offset = end

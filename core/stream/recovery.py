@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from ..recordbatch import control_type, read_batch_header
 from ..segments.log import SegmentLog, log_file_name, parse_log_file_name
+from ..shared_ints import shared
 from .reservations import initial_reserve_at
 
 if TYPE_CHECKING:
@@ -66,7 +67,9 @@ def open_segments(stream: Stream) -> list[SegmentLog]:
     bases = _scan_log_files(stream)
     if stream.metadata is not None:
         # first: partition objects created from here on start from their marks
-        stream.reserved_marks = stream.metadata.load_reservations(stream.name)
+        marks = stream.metadata.load_reservations(stream.name)
+        # shared ints: a million partitions repeat a few indexes and marks
+        stream.reserved_marks = {shared(i): shared(mark) for i, mark in marks.items()}
         for partition_index, offset in stream.metadata.load_log_starts(stream.name).items():
             stream.partition(partition_index).log_start_offset = offset
         for chunk in stream.metadata.load_chunks(stream.name):
@@ -179,7 +182,7 @@ def _check_reservations(stream: Stream) -> None:
     for index, mark in marks.items() if stream.reservations is not None else ():
         if (loaded := stream.loaded_partition(index)) is not None:
             loaded.reserved = mark
-            loaded.reserve_at = initial_reserve_at(mark)
+            loaded.reserve_at = shared(initial_reserve_at(mark))
     if not os.path.exists(_marker_path(stream)):
         _write_marker(stream)
 

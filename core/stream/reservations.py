@@ -25,6 +25,7 @@ import trio
 
 from ..failure_log import FailureLog
 from ..partition import UNRESERVED, Partition
+from ..shared_ints import shared
 from .append import fail_deferred, release_deferred
 
 if TYPE_CHECKING:
@@ -114,11 +115,12 @@ class Reservations:
         self.raises += 1
         for p in partitions:
             mark, block = plans[p.index]
+            mark = shared(mark)  # partitions raised together mostly get equal marks
             stream.reserved_marks[p.index] = max(stream.reserved_marks.get(p.index, 0), mark)
             if stream.loaded_partition(p.index) is not p:
                 continue  # replaced meanwhile (a hand-over): the new object loaded its mark
             p.reserved = max(p.reserved if p.reserved < UNRESERVED else 0, mark)
-            p.reserve_at = p.reserved - block // 2
+            p.reserve_at = shared(p.reserved - block // 2)
             if p.deferred:
                 release_deferred(p)
             if stream.deleted:

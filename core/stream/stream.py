@@ -18,6 +18,7 @@ from ..api import AppendResult, PendingAppend, ReadResult, ScaleResult
 from ..metadata import ChunkRecord, ChunkSlice, MetadataStore, ProducerSnapshot, TopicRecord
 from ..partition import Partition
 from ..segments.log import SegmentLog, Tier1Usage, WalSink
+from ..shared_ints import shared
 from . import append, ownership, reads, recovery, tier_index, timestamps
 from .reservations import Reservations, initial_reserve_at
 from .stats import SegmentStats
@@ -131,20 +132,24 @@ class Stream:
         """The partition object, created on first use: idle partitions cost nothing."""
         partition = self._partitions.get(index)
         if partition is None:
-            partition = self._partitions[index] = self._new_partition(index)
+            partition = self._new_partition(index)
+            # keyed by the partition's shared index, not the caller's (a request's) int
+            self._partitions[partition.index] = partition
         return partition
 
     def reset_partition(self, index: int) -> Partition:
         """A fresh, empty partition object (a node taking over a partition from another
         reloads it from the database: core/stream/handover.py)."""
-        partition = self._partitions[index] = self._new_partition(index)
+        partition = self._new_partition(index)
+        self._partitions[partition.index] = partition
         return partition
 
     def _new_partition(self, index: int) -> Partition:
-        partition = Partition(index)
+        # the index and marks as shared objects: every topic repeats them
+        partition = Partition(shared(index))
         if self.reservations is not None:
-            partition.reserved = self.reserved_marks.get(index, 0)
-            partition.reserve_at = initial_reserve_at(partition.reserved)
+            partition.reserved = shared(self.reserved_marks.get(index, 0))
+            partition.reserve_at = shared(initial_reserve_at(partition.reserved))
         return partition
 
     def request_reservation(self, partition: Partition) -> None:

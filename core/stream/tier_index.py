@@ -6,6 +6,7 @@ from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 from ..metadata import ChunkRecord, ProducerSnapshot
+from ..shared_ints import shared
 
 if TYPE_CHECKING:
     from .stream import Stream
@@ -20,6 +21,9 @@ def add_chunk(stream: Stream, chunk: ChunkRecord) -> None:
         # the partition's own index object, not the one parsed from the log: one int
         # fewer per partition (32 bytes, a million partitions)
         s.partition = partition.index
+        # sizes and timestamps repeat across the slices of partitions written alike
+        s.byte_length = shared(s.byte_length)
+        s.max_timestamp = shared(s.max_timestamp)
         partition.add_slice(s)
 
 
