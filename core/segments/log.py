@@ -41,6 +41,7 @@ import trio
 from core.gathered_io import IOV_MAX, advance, views_of, write_all
 from core.segments.commit_times import COMMIT_TIMES
 from core.segments.flush_threads import FLUSH_THREADS
+from core.segments.readahead import AHEAD
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +129,13 @@ class _RecentBatches:
 
 
 _recent = _RecentBatches(RECENT_BUDGET_BYTES)
+
+
+def set_read_memory(recent_bytes: int, read_ahead_bytes: int) -> None:
+    """The process's memory for recently durable batches and for read-ahead of tier-1
+    files (core/segments/readahead.py); 0 turns either off. Set before serving."""
+    _recent.budget = max(0, recent_bytes)
+    AHEAD.budget = max(0, read_ahead_bytes)
 
 
 class _GroupFailed(Exception):
@@ -334,6 +342,7 @@ class SegmentLog:
         self.committed_end = self.durable_size
 
     def _remove_file(self, f: LogFile, unlink: bool = True) -> None:
+        AHEAD.forget(self, f.base, f.end)
         os.close(f.fd)
         if unlink:
             os.remove(f.path)
@@ -684,6 +693,7 @@ class SegmentLog:
     def release(self) -> None:
         """Close the file descriptors (after the flusher has returned)."""
         self._recent.clear()
+        AHEAD.forget(self)
         for f in self.files:
             if f.fd >= 0:
                 os.close(f.fd)
@@ -697,13 +707,15 @@ _read_limiter: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar
 
 
 def read_recent(reads: Sequence[tuple[SegmentLog, int, int]]) -> list[bytes] | None:
-    """The bytes at (log, position, length) each when every one is among the recently
-    durable batches held in memory; None when any is not (then `read_many`)."""
+    """The bytes at (log, position, length) each when every one is in memory (among the
+    recently durable batches, or read ahead); None when any is not (then `read_many`)."""
     out = []
     for segment, position, length in reads:
         hit = segment._recent.get(position)
         if hit is None or len(hit) != length:
-            return None
+            hit = AHEAD.get(segment, position, length)  # a sequential reader's next range
+            if hit is None:
+                return None
         out.append(bytes(hit))
     return out
 
@@ -719,7 +731,9 @@ async def read_many(reads: Sequence[tuple[SegmentLog, int, int]]) -> list[bytes]
     missed: list[int] = []
     for i, (segment, position, length) in enumerate(reads):
         hit = segment._recent.get(position)
-        if hit is not None and len(hit) == length:
+        if hit is None or len(hit) != length:
+            hit = AHEAD.get(segment, position, length)
+        if hit is not None:
             out.append(bytes(hit))
         else:
             out.append(None)

@@ -20,6 +20,7 @@ from ..partition import BatchLocation, Partition
 from ..recordbatch import batch_last_offset
 from ..segments.chunks import iter_batches
 from ..segments.log import LogTrimmed, SegmentLog, read_many, read_recent
+from ..segments.readahead import AHEAD
 
 if TYPE_CHECKING:
     from .stream import Stream
@@ -247,4 +248,28 @@ def _results(reads: Sequence[LocalRead], data: list[bytes]) -> list[ReadResult]:
             end = batch_last_offset(batches[-1]) + 1
             result.aborted = r.partition.aborted_between(r.offset, end)
         out.append(result)
+        _read_next(r)
     return out
+
+
+def _read_next(r: LocalRead) -> None:
+    """After serving a range older than the recent batches (a reader behind the tail),
+    start reading the partition's next range in the background, about as large, so that
+    its next Fetch is answered from memory (core/segments/readahead.py)."""
+    last = r.locations[-1]
+    segment = r.stream.segments.get(last.segment_id)
+    if segment is None or last.position in segment._recent:
+        return  # at the tail: what follows is in memory as soon as it is durable
+    partition = r.partition
+    offset = last.last_offset + 1
+    limit = partition.last_stable_offset if r.read_committed else partition.high_watermark
+    if offset >= limit or offset < partition.compacted_end:  # nothing, or from tier 2
+        return
+    wanted = []
+    for loc in partition.locate(offset, max(r.max_bytes, r.size), True, limit):
+        following = r.stream.segments.get(loc.segment_id)
+        if following is None or loc.position in following._recent:
+            break  # the rest is in memory already
+        wanted.append((following, loc.position, loc.size))
+    if wanted:
+        AHEAD.schedule(wanted)
