@@ -107,32 +107,55 @@ async def _read_tier2(
     first_may_exceed: bool,
     limit: int,
 ) -> list[bytes]:
-    """Batches from the tier-2 slice holding `offset` (one ranged GET, then the cache)."""
+    """Batches from the tier-2 slice holding `offset` and, while `max_bytes` allows, the
+    slices after it (a slice is one partition's part of a chunk, so a Fetch of 1 MiB would
+    otherwise stop at each chunk's end): each from the cache, which the prefetch of the
+    slices ahead keeps filled, or one ranged GET."""
     location = partition.slice_for(offset)
     tier = stream.tier
     if location is None or tier is None:
         return []
-    data = await tier.read_slice(stream, location)
+    batches: list[bytes] = []
+    total = 0
+    while True:
+        try:
+            data = await tier.read_slice(stream, location)
+        except StoreUnavailable:
+            if not batches:
+                raise
+            break  # the next Fetch meets the error
+        view = memoryview(data)
+        for info in iter_batches(view):
+            if info.last_offset < offset:
+                continue
+            if info.last_offset >= limit or (
+                total + info.size > max_bytes and (batches or not first_may_exceed)
+            ):
+                _prefetch_after(stream, partition, location)
+                return batches
+            batches.append(bytes(view[info.start : info.start + info.size]))
+            total += info.size
+        following = partition.slice_for(location.last_offset + 1)
+        if following is None or total >= max_bytes or following.first_offset >= limit:
+            break
+        if following.first_offset >= partition.local_start_offset:
+            break  # the rest is in tier 1: the next Fetch reads it there
+        location = following
+    _prefetch_after(stream, partition, location)
+    return batches
+
+
+def _prefetch_after(stream: Stream, partition: Partition, location: ChunkSlice) -> None:
+    """Start reading the slices after `location` that are only in tier 2: a catch-up
+    reader wants them next."""
+    tier = stream.tier
     following: ChunkSlice | None = location
-    for _ in range(READ_AHEAD_SLICES):  # a catch-up reader will want these next
-        assert following is not None
+    for _ in range(READ_AHEAD_SLICES):
+        assert following is not None and tier is not None
         following = partition.slice_for(following.last_offset + 1)
         if following is None or following.first_offset >= partition.local_start_offset:
             break
         tier.prefetch(stream, following)
-    batches: list[bytes] = []
-    total = 0
-    view = memoryview(data)
-    for info in iter_batches(view):
-        if info.last_offset < offset:
-            continue
-        if info.last_offset >= limit:
-            break
-        if total + info.size > max_bytes and (batches or not first_may_exceed):
-            break
-        batches.append(bytes(view[info.start : info.start + info.size]))
-        total += info.size
-    return batches
 
 
 @dataclass(slots=True)

@@ -1,6 +1,6 @@
 """Consumers reading a topic from its start, far beyond the recent-batch memory, get every
 record in order while the gateway reads the tier-1 files ahead of them (and answers their
-next Fetch from that memory)."""
+next Fetch from that memory); a Fetch of data only in tier 2 is filled across chunks."""
 
 from __future__ import annotations
 
@@ -11,6 +11,15 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KafkaTopicPartition
+from support.client import (
+    RawClient,
+    Rec,
+    build_record_batch,
+    decode_records,
+    fetch_request,
+    produce_request,
+    wait_until,
+)
 from support.confluent import confluent_consumer, create_topic
 from support.scaling import METRICS_ARGS, http
 
@@ -97,3 +106,35 @@ def test_consumers_behind_the_tail_get_every_record_in_order(gateway, topic) -> 
     assert hits > 0  # its Fetches were answered from read-ahead memory
     assert _kafka_python_read(gateway.bootstrap, topic) == expected
     assert _read_ahead_hits(gateway) > hits
+
+
+@pytest.mark.gateway_args(
+    "--chunk-bytes", str(64 << 10), "--chunk-age-ms", "200", "--local-retain-bytes", "0"
+)
+def test_a_tier2_fetch_goes_on_into_the_next_chunks(gateway, topic) -> None:
+    """With every file trimmed, one Fetch of 1 MiB gets the batches of several chunks (a
+    chunk holds 64 KiB here), in order, as Kafka fills a Fetch across its segment files."""
+    values = [f"{i:06d}".encode().ljust(1000, b"v") for i in range(400)]
+    with RawClient(gateway.bootstrap) as client:
+        for start in range(0, len(values), 20):  # 20 KB batches: about 3 to a chunk
+            batch = build_record_batch([Rec(v) for v in values[start : start + 20]])
+            response = client.request(produce_request(topic, 0, batch))
+            assert response.responses[0].partition_responses[0].error_code == 0
+
+    def trimmed() -> bool:
+        files = (gateway.data_dir / "streams").rglob("segment-*.log")
+        return sum(p.stat().st_size for p in files) == 0
+
+    wait_until(trimmed, timeout=60, interval=0.1)
+    with RawClient(gateway.bootstrap) as client:
+        fetched = client.request(fetch_request(topic, 0, 0, max_wait_ms=0))
+        partition = fetched.responses[0].partitions[0]
+        assert partition.error_code == 0
+        got = [value for _, _, value in decode_records(partition.records)]
+        assert got == values  # about 400 KB: from several chunks in one answer
+        # from the middle of a chunk, with a smaller budget: whole batches up to it
+        middle = client.request(
+            fetch_request(topic, 0, 130, max_wait_ms=0, partition_max_bytes=100_000)
+        )
+        records = decode_records(middle.responses[0].partitions[0].records)
+        assert [offset for offset, _, _ in records] == list(range(120, 200))
