@@ -149,6 +149,16 @@ SCENARIOS: dict[str, Scenario] = {
             ("durable append p50 ms", "fsync/median_of_runs/p50_ms", ".2f"),
         ),
     ),
+    "read-ahead": Scenario(
+        "compat.bench_read_ahead",
+        "sequential consumers behind the tail: tier-1 read-ahead on against off",
+        (
+            ("perf-consumer MB/s, on", "summary/on/perf_consumer_mb_per_s", ",.1f"),
+            ("perf-consumer MB/s, off", "summary/off/perf_consumer_mb_per_s", ",.1f"),
+            ("Fetch first byte p50 ms, on", "summary/on/probe_first_byte_p50_ms", ".2f"),
+            ("Fetch first byte p50 ms, off", "summary/off/probe_first_byte_p50_ms", ".2f"),
+        ),
+    ),
     "wal": Scenario(
         "compat.bench_wal",
         "--wal object: write-ahead objects per second, takeover time over kill cycles",

@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import trio
@@ -29,13 +29,14 @@ import trio
 if TYPE_CHECKING:
     import outcome
 
-    from .log import SegmentLog
+    from .log import LogFile, SegmentLog
 
 log = logging.getLogger(__name__)
 
 READ_AHEAD_BUDGET_BYTES = 32 << 20
 
 _Key = tuple["SegmentLog", int]
+_Job = tuple[_Key, int, int, int]  # key, duplicated descriptor, length, offset in the file
 
 
 class ReadAhead:
@@ -68,12 +69,29 @@ class ReadAhead:
         key = (segment, position)
         return key in self._held or key in self._reading
 
+    def after_answer(self, work: Callable[[], None]) -> None:
+        """Run `work` on the loop a little later, once the connection that is answering a
+        Fetch now has sent it (finding the next range and starting its read would delay
+        the answer's first byte). A failure of `work` is logged, never raised."""
+        try:
+            later = _later.get()
+        except LookupError:
+            later = _Later()
+            _later.set(later)
+            trio.lowlevel.spawn_system_task(later.run, name="read-ahead")
+        later.work.append(work)
+        later.wake.set()
+
     def schedule(self, wanted: Sequence[tuple[SegmentLog, int, int]]) -> None:
         """Start reading (log, position, length) each in the background, on the loop,
         skipping those held or in flight; nothing when the budget is taken. Never raises
         on an I/O problem: read-ahead is only a hint (the Fetch then reads the file)."""
-        jobs: list[tuple[_Key, int, int, int]] = []  # key, dup'd fd, length, file offset
+        jobs: list[_Job] = []
+        fds: list[int] = []  # one duplicate per file read
         total = 0
+        f: LogFile | None = None
+        owner: SegmentLog | None = None
+        fd = -1
         try:
             for segment, position, length in wanted:
                 key = (segment, position)
@@ -81,26 +99,35 @@ class ReadAhead:
                     continue
                 if self.in_flight + total + length > self.budget // 2:
                     break  # reads in flight may take half the budget; the rest is for held
-                try:
-                    f = segment._file_at(position)
-                except Exception:  # trimmed meanwhile
+                # (one file per run of positions; nothing trims it during this loop)
+                if f is None or owner is not segment or not f.base <= position < f.end:
+                    owner = segment
+                    try:
+                        f = segment._file_at(position)
+                    except Exception:  # trimmed meanwhile
+                        break
+                    if f.fd < 0:
+                        break
+                    # duplicated on the loop: a trim or close meanwhile closes only the
+                    # original, never what the thread reads
+                    fd = os.dup(f.fd)
+                    fds.append(fd)
+                if position + length > f.end:
                     break
-                if position + length > f.end or f.fd < 0:
-                    break
-                # duplicated on the loop: a trim or close meanwhile closes only the original
-                jobs.append((key, os.dup(f.fd), length, position - f.base))
+                jobs.append((key, fd, length, position - f.base))
                 total += length
         except OSError as exc:  # out of descriptors: read-ahead is only a hint
             log.debug("read-ahead not started: %s", exc)
         if not jobs:
+            _close_all(fds)
             return
         try:
             token = trio.lowlevel.current_trio_token()
         except RuntimeError:
-            _close_all(jobs)
+            _close_all(fds)
             return
-        for key, _fd, _length, _offset in jobs:
-            self._reading.add(key)
+        for job in jobs:
+            self._reading.add(job[0])
         self.in_flight += total
         self.started += len(jobs)
 
@@ -108,26 +135,28 @@ class ReadAhead:
             with contextlib.suppress(trio.RunFinishedError):  # the gateway is stopping
                 token.run_sync_soon(self._done, jobs, total, result)
 
-        trio.lowlevel.start_thread_soon(lambda: _pread_all(jobs), deliver, name="read-ahead")
+        trio.lowlevel.start_thread_soon(lambda: _pread_all(jobs, fds), deliver, name="read-ahead")
 
-    def _done(
-        self,
-        jobs: list[tuple[_Key, int, int, int]],
-        total: int,
-        result: outcome.Outcome[list[bytes]],
-    ) -> None:
+    def _done(self, jobs: list[_Job], total: int, result: outcome.Outcome[list[bytes]]) -> None:
         """On the loop: keep what was read (if its file is still there). Must not raise:
         an exception in a `run_sync_soon` callback ends the whole run."""
         self.in_flight -= total
-        for key, _fd, _length, _offset in jobs:
-            self._reading.discard(key)
+        for job in jobs:
+            self._reading.discard(job[0])
         try:
             read = result.unwrap()
         except Exception as exc:
             log.debug("read-ahead failed: %s", exc)
             return
+        f: LogFile | None = None
+        owner: SegmentLog | None = None
         for (key, _fd, length, _offset), data in zip(jobs, read, strict=True):
-            if len(data) == length and _in_open_file(*key):  # not a short read, nor trimmed
+            segment, position = key
+            if len(data) != length:
+                continue  # a short read
+            if f is None or owner is not segment or not f.base <= position < f.end:
+                owner, f = segment, _open_file_at(segment, position)
+            if f is not None:  # not trimmed or released meanwhile
                 self._add(key, data)
 
     def _add(self, key: _Key, data: bytes) -> None:
@@ -156,27 +185,49 @@ class ReadAhead:
         self.size = self.hits = self.started = 0
 
 
-def _in_open_file(segment: SegmentLog, position: int) -> bool:
-    """True while `position` is in one of `segment`'s files, not yet trimmed nor released."""
+class _Later:
+    """`ReadAhead.after_answer`'s work and the task that runs it (one per trio run)."""
+
+    def __init__(self) -> None:
+        self.work: list[Callable[[], None]] = []
+        self.wake = trio.Event()
+
+    async def run(self) -> None:
+        while True:
+            await self.wake.wait()
+            # The writer that sends the answer was woken in the same pass as this task:
+            # one more pass lets it go first.
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            self.wake = trio.Event()
+            work, self.work = self.work, []
+            for job in work:
+                try:
+                    job()
+                except Exception:  # only a hint: the next Fetch then reads the file
+                    log.exception("read-ahead failed")
+
+
+_later: trio.lowlevel.RunVar[_Later] = trio.lowlevel.RunVar("read_ahead_later")
+
+
+def _open_file_at(segment: SegmentLog, position: int) -> LogFile | None:
+    """The file of `segment` holding `position`, if not trimmed nor released."""
     if position < segment.local_start:
-        return False
+        return None
     f = segment._file_at(position)
-    return f.fd >= 0 and position < f.end
+    return f if f.fd >= 0 and position < f.end else None
 
 
-def _pread_all(jobs: list[tuple[_Key, int, int, int]]) -> list[bytes]:
+def _pread_all(jobs: list[_Job], fds: list[int]) -> list[bytes]:
     """In a worker thread: the jobs' bytes; every descriptor closed, whatever happens."""
-    out = []
     try:
-        for _key, fd, length, offset in jobs:
-            out.append(os.pread(fd, length, offset))
+        return [os.pread(fd, length, offset) for _key, fd, length, offset in jobs]
     finally:
-        _close_all(jobs)
-    return out
+        _close_all(fds)
 
 
-def _close_all(jobs: list[tuple[_Key, int, int, int]]) -> None:
-    for _key, fd, _length, _offset in jobs:
+def _close_all(fds: list[int]) -> None:
+    for fd in fds:
         with contextlib.suppress(OSError):
             os.close(fd)
 

@@ -271,28 +271,34 @@ def _results(reads: Sequence[LocalRead], data: list[bytes]) -> list[ReadResult]:
             end = batch_last_offset(batches[-1]) + 1
             result.aborted = r.partition.aborted_between(r.offset, end)
         out.append(result)
-        _read_next(r)
+    behind = [r for r in reads if _behind_recent(r)]
+    if behind:  # a sequential reader behind the tail will want what follows
+        AHEAD.after_answer(lambda: _read_next(behind))
     return out
 
 
-def _read_next(r: LocalRead) -> None:
-    """After serving a range older than the recent batches (a reader behind the tail),
-    start reading the partition's next range in the background, about as large, so that
-    its next Fetch is answered from memory (core/segments/readahead.py)."""
+def _behind_recent(r: LocalRead) -> bool:
+    """Whether the read's last batch was older than the recent batches in memory."""
     last = r.locations[-1]
     segment = r.stream.segments.get(last.segment_id)
-    if segment is None or last.position in segment._recent:
-        return  # at the tail: what follows is in memory as soon as it is durable
-    partition = r.partition
-    offset = last.last_offset + 1
-    limit = partition.last_stable_offset if r.read_committed else partition.high_watermark
-    if offset >= limit or offset < partition.compacted_end:  # nothing, or from tier 2
-        return
-    wanted = []
-    for loc in partition.locate(offset, max(r.max_bytes, r.size), True, limit):
-        following = r.stream.segments.get(loc.segment_id)
-        if following is None or loc.position in following._recent:
-            break  # the rest is in memory already
-        wanted.append((following, loc.position, loc.size))
+    return segment is not None and last.position not in segment._recent
+
+
+def _read_next(reads: list[LocalRead]) -> None:
+    """After serving ranges older than the recent batches, start reading each partition's
+    next range in the background, about as large, so that its next Fetch is answered from
+    memory (core/segments/readahead.py)."""
+    wanted: list[tuple[SegmentLog, int, int]] = []
+    for r in reads:
+        partition = r.partition
+        offset = r.locations[-1].last_offset + 1
+        limit = partition.last_stable_offset if r.read_committed else partition.high_watermark
+        if offset >= limit or offset < partition.compacted_end:  # nothing, or from tier 2
+            continue
+        for loc in partition.locate(offset, max(r.max_bytes, r.size), True, limit):
+            following = r.stream.segments.get(loc.segment_id)
+            if following is None or loc.position in following._recent:
+                break  # the rest is in memory already
+            wanted.append((following, loc.position, loc.size))
     if wanted:
         AHEAD.schedule(wanted)
