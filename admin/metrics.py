@@ -128,8 +128,8 @@ def _read_ahead_metrics() -> Iterator[Metric]:
         value=AHEAD.size,
     )
     yield CounterMetricFamily(
-        "streamgate_tier1_read_ahead_batches",
-        "Batches whose read ahead was started since start",
+        "streamgate_tier1_read_ahead_blocks",
+        "Read-ahead blocks (1 MiB of a tier-1 log) whose read was started since start",
         value=AHEAD.started,
     )
     yield CounterMetricFamily(

@@ -4,16 +4,23 @@ A consumer reading data older than the recent-batch memory asks for a partition'
 range only once it has used up the last one, so the file read would sit between its
 request and our answer. Once such a range is served, `schedule` reads the range that
 follows (the batches the partition's index lists next, up to about the size just served)
-in a worker thread in the background and keeps the bytes here, keyed by (log, position);
-the next Fetch then finds them in memory and is answered with no thread hop.
+in a worker thread in the background and keeps the bytes here; the next Fetch then finds
+them in memory and is answered with no thread hop.
+
+The bytes are kept in *blocks*: `block` bytes of a log at a multiple of `block`, read with
+one `pread` per file they overlap. A segment's partitions are interleaved in its log, so
+consumers of all of them (or one consumer of all, as the perf tools) read the same blocks
+in turn, and a block is read once for all of them, with a handful of system calls and
+passes of the GIL instead of one per batch.
 
 Correctness: below a log's durable end the bytes at a position never change while its file
 exists (files are append-only, and only never-durable positions are ever cut and reused).
-An entry is served only while its position is still in one of the log's files and below
-its durable end; a trim drops the removed file's entries, a release all of the log's.
+A block holds only durable bytes of files open when it was read; a batch is served only
+while its position is still in one of the log's files and below its durable end; a trim
+drops the blocks over the removed file, a release all of the log's.
 
-Memory: all logs together hold at most `budget` bytes, oldest dropped first; reads in
-flight count against it too.
+Memory: all logs together hold at most `budget` bytes, oldest block dropped first; reads in
+flight may take half of it more.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -29,45 +37,74 @@ import trio
 if TYPE_CHECKING:
     import outcome
 
-    from .log import LogFile, SegmentLog
+    from .log import SegmentLog
 
 log = logging.getLogger(__name__)
 
 READ_AHEAD_BUDGET_BYTES = 32 << 20
+BLOCK_BYTES = 1 << 20
 
-_Key = tuple["SegmentLog", int]
-_Job = tuple[_Key, int, int, int]  # key, duplicated descriptor, length, offset in the file
+_Key = tuple["SegmentLog", int]  # (log, block number)
+# A block's read: its key, its first log position, and (duplicated descriptor, length,
+# offset in the file) for each file it overlaps.
+_Job = tuple[_Key, int, list[tuple[int, int, int]]]
 
 
 class ReadAhead:
-    """The process's read-ahead bytes, by (log, position), oldest first out."""
+    """The process's read-ahead blocks, by (log, block number), oldest first out."""
 
-    def __init__(self, budget: int = READ_AHEAD_BUDGET_BYTES) -> None:
+    def __init__(self, budget: int = READ_AHEAD_BUDGET_BYTES, block: int = BLOCK_BYTES) -> None:
         self.budget = budget
+        self.block = block
         self.size = 0  # bytes held
         self.in_flight = 0  # bytes being read
-        self._held: dict[_Key, bytes] = {}  # insertion order: oldest first
+        # key -> (first log position, bytes from there); may start or end inside the block
+        self._held: OrderedDict[_Key, tuple[int, bytes]] = OrderedDict()
         self._reading: set[_Key] = set()
         self.hits = 0  # batches served from here (for tests and measurements)
-        self.started = 0  # batches whose read was started
+        self.started = 0  # blocks whose read was started
 
-    def get(self, segment: SegmentLog, position: int, length: int) -> bytes | None:
-        """The bytes at `position` if read ahead, still in a file of `segment` and of
-        exactly `length` bytes; None otherwise."""
-        hit = self._held.get((segment, position))
-        if (
-            hit is None
-            or len(hit) != length
-            or position < segment.local_start
-            or position + length > segment.durable_size
-        ):
+    def configure(self, budget: int) -> None:
+        """Set the budget (0: off), with blocks of about a 32nd of it (16 KiB to 1 MiB),
+        dropping what is held."""
+        self.budget = max(0, budget)
+        self.block = min(BLOCK_BYTES, max(16 << 10, self.budget // 32))
+        self.clear()
+
+    def get(self, segment: SegmentLog, position: int, length: int) -> bytes | memoryview | None:
+        """The `length` bytes at `position` if read ahead and still in a file of `segment`
+        below its durable end (a view into a block, not a copy); None otherwise."""
+        if not self._held:
             return None
+        end = position + length
+        if position < segment.local_start or end > segment.durable_size:
+            return None
+        number = position // self.block
+        held = self._held.get((segment, number))
+        if held is None:
+            return None
+        start, data = held
+        at = position - start
+        if at < 0:
+            return None
+        hit: bytes | memoryview
+        if end <= start + len(data):
+            hit = memoryview(data)[at : at + length]
+        else:  # the batch goes on in the next blocks
+            pieces = [data[at:]]
+            reached = start + len(data)
+            while reached < end:
+                number += 1
+                following = self._held.get((segment, number))
+                if following is None or following[0] != reached:
+                    return None
+                pieces.append(following[1][: end - reached])
+                reached += len(following[1])
+            hit = b"".join(pieces)
+            if len(hit) != length:
+                return None
         self.hits += 1
         return hit
-
-    def has(self, segment: SegmentLog, position: int) -> bool:
-        key = (segment, position)
-        return key in self._held or key in self._reading
 
     def after_answer(self, work: Callable[[], None]) -> None:
         """Run `work` on the loop a little later, once the connection that is answering a
@@ -83,62 +120,81 @@ class ReadAhead:
         later.wake.set()
 
     def schedule(self, wanted: Sequence[tuple[SegmentLog, int, int]]) -> None:
-        """Start reading (log, position, length) each in the background, on the loop,
-        skipping those held or in flight; nothing when the budget is taken. Never raises
-        on an I/O problem: read-ahead is only a hint (the Fetch then reads the file)."""
+        """Start reading the blocks under (log, position, length) each in the background,
+        skipping those held (far enough) or in flight; nothing when the budget is taken.
+        On the loop. Never raises on an I/O problem: read-ahead is only a hint (the
+        Fetch then reads the file)."""
+        needed: dict[_Key, int] = {}  # block -> the end position a batch needs in it
+        for segment, position, length in wanted:
+            end = position + length
+            for number in range(position // self.block, (end - 1) // self.block + 1):
+                key = (segment, number)
+                needed[key] = max(needed.get(key, 0), min(end, (number + 1) * self.block))
         jobs: list[_Job] = []
-        fds: list[int] = []  # one duplicate per file read
+        fds: dict[int, int] = {}  # id of a LogFile -> its duplicate for this read
         total = 0
-        f: LogFile | None = None
-        owner: SegmentLog | None = None
-        fd = -1
         try:
-            for segment, position, length in wanted:
-                key = (segment, position)
-                if key in self._held or key in self._reading:
+            for key, need_end in needed.items():
+                if key in self._reading:
                     continue
+                held = self._held.get(key)
+                if held is not None and held[0] + len(held[1]) >= need_end:
+                    continue
+                segment, number = key
+                job = self._block_job(segment, number, fds)
+                if job is None:
+                    continue
+                length = sum(part[1] for part in job[2])
                 if self.in_flight + total + length > self.budget // 2:
-                    break  # reads in flight may take half the budget; the rest is for held
-                # (one file per run of positions; nothing trims it during this loop)
-                if f is None or owner is not segment or not f.base <= position < f.end:
-                    owner = segment
-                    try:
-                        f = segment._file_at(position)
-                    except Exception:  # trimmed meanwhile
-                        break
-                    if f.fd < 0:
-                        break
-                    # duplicated on the loop: a trim or close meanwhile closes only the
-                    # original, never what the thread reads
-                    fd = os.dup(f.fd)
-                    fds.append(fd)
-                if position + length > f.end:
-                    break
-                jobs.append((key, fd, length, position - f.base))
+                    break  # reads in flight may take half the budget more than held
+                jobs.append(job)
                 total += length
         except OSError as exc:  # out of descriptors: read-ahead is only a hint
             log.debug("read-ahead not started: %s", exc)
         if not jobs:
-            _close_all(fds)
+            _close_all(list(fds.values()))
             return
         try:
             token = trio.lowlevel.current_trio_token()
         except RuntimeError:
-            _close_all(fds)
+            _close_all(list(fds.values()))
             return
         for job in jobs:
             self._reading.add(job[0])
         self.in_flight += total
         self.started += len(jobs)
+        opened = list(fds.values())
 
         def deliver(result: outcome.Outcome[list[bytes]]) -> None:  # in the worker thread
             with contextlib.suppress(trio.RunFinishedError):  # the gateway is stopping
                 token.run_sync_soon(self._done, jobs, total, result)
 
-        trio.lowlevel.start_thread_soon(lambda: _pread_all(jobs, fds), deliver, name="read-ahead")
+        trio.lowlevel.start_thread_soon(
+            lambda: _read_blocks(jobs, opened), deliver, name="read-ahead"
+        )
+
+    def _block_job(self, segment: SegmentLog, number: int, fds: dict[int, int]) -> _Job | None:
+        """How to read block `number` of `segment`: its durable bytes in open files."""
+        start = max(number * self.block, segment.local_start)
+        end = min((number + 1) * self.block, segment.durable_size)
+        parts: list[tuple[int, int, int]] = []
+        at = start
+        while at < end:
+            f = segment._file_at(at)
+            if f.fd < 0 or at >= f.end:
+                break  # released, or a gap: read what is before it
+            fd = fds.get(id(f))
+            if fd is None:
+                # duplicated on the loop: a trim or close meanwhile closes only the
+                # original, never what the thread reads
+                fd = fds[id(f)] = os.dup(f.fd)
+            length = min(end, f.end) - at
+            parts.append((fd, length, at - f.base))
+            at += length
+        return ((segment, number), start, parts) if parts else None
 
     def _done(self, jobs: list[_Job], total: int, result: outcome.Outcome[list[bytes]]) -> None:
-        """On the loop: keep what was read (if its file is still there). Must not raise:
+        """On the loop: keep what was read (if its files are still there). Must not raise:
         an exception in a `run_sync_soon` callback ends the whole run."""
         self.in_flight -= total
         for job in jobs:
@@ -148,39 +204,38 @@ class ReadAhead:
         except Exception as exc:
             log.debug("read-ahead failed: %s", exc)
             return
-        f: LogFile | None = None
-        owner: SegmentLog | None = None
-        for (key, _fd, length, _offset), data in zip(jobs, read, strict=True):
-            segment, position = key
-            if len(data) != length:
+        for (key, start, parts), data in zip(jobs, read, strict=True):
+            segment = key[0]
+            if len(data) != sum(part[1] for part in parts):
                 continue  # a short read
-            if f is None or owner is not segment or not f.base <= position < f.end:
-                owner, f = segment, _open_file_at(segment, position)
-            if f is not None:  # not trimmed or released meanwhile
-                self._add(key, data)
+            if start < segment.local_start or not segment.files or segment.files[0].fd < 0:
+                continue  # trimmed or released meanwhile
+            self._add(key, start, data)
 
-    def _add(self, key: _Key, data: bytes) -> None:
+    def _add(self, key: _Key, start: int, data: bytes) -> None:
         old = self._held.pop(key, None)
         if old is not None:
-            self.size -= len(old)
-        self._held[key] = data
+            self.size -= len(old[1])
+        self._held[key] = (start, data)
         self.size += len(data)
         while self.size > self.budget and self._held:
-            oldest = next(iter(self._held))
-            self.size -= len(self._held.pop(oldest))
+            _, (_, dropped) = self._held.popitem(last=False)
+            self.size -= len(dropped)
 
     def forget(self, segment: SegmentLog, start: int = 0, end: int | None = None) -> None:
-        """Drop `segment`'s entries at positions in [start, end) (all of them by default)."""
+        """Drop `segment`'s blocks over positions in [start, end) (all by default)."""
+        first = start // self.block
+        last = None if end is None else (end - 1) // self.block
         gone = [
             key
             for key in self._held
-            if key[0] is segment and start <= key[1] and (end is None or key[1] < end)
+            if key[0] is segment and first <= key[1] and (last is None or key[1] <= last)
         ]
         for key in gone:
-            self.size -= len(self._held.pop(key))
+            self.size -= len(self._held.pop(key)[1])
 
     def clear(self) -> None:
-        """Drop every entry and zero the counters (reads in flight still land)."""
+        """Drop every block and zero the counters (reads in flight still land)."""
         self._held.clear()
         self.size = self.hits = self.started = 0
 
@@ -210,18 +265,14 @@ class _Later:
 _later: trio.lowlevel.RunVar[_Later] = trio.lowlevel.RunVar("read_ahead_later")
 
 
-def _open_file_at(segment: SegmentLog, position: int) -> LogFile | None:
-    """The file of `segment` holding `position`, if not trimmed nor released."""
-    if position < segment.local_start:
-        return None
-    f = segment._file_at(position)
-    return f if f.fd >= 0 and position < f.end else None
-
-
-def _pread_all(jobs: list[_Job], fds: list[int]) -> list[bytes]:
-    """In a worker thread: the jobs' bytes; every descriptor closed, whatever happens."""
+def _read_blocks(jobs: list[_Job], fds: list[int]) -> list[bytes]:
+    """In a worker thread: each block's bytes; every descriptor closed, whatever happens."""
     try:
-        return [os.pread(fd, length, offset) for _key, fd, length, offset in jobs]
+        out = []
+        for _key, _start, parts in jobs:
+            pieces = [os.pread(fd, length, offset) for fd, length, offset in parts]
+            out.append(pieces[0] if len(pieces) == 1 else b"".join(pieces))
+        return out
     finally:
         _close_all(fds)
 

@@ -51,7 +51,7 @@ async def read(
         return ReadResult(ErrorCode.OFFSET_OUT_OF_RANGE, hw, start, last_stable_offset=lso)
     limit = lso if read_committed else hw
     result = ReadResult(ErrorCode.NONE, hw, start, last_stable_offset=lso)
-    batches: list[bytes] | None = None
+    batches: Sequence[bytes | memoryview] | None = None
     # Offsets below the compacted end come from tier 2 (the compacted chunks), so the
     # tier-1 read cache never brings back records compaction removed.
     if offset >= partition.local_start_offset and (
@@ -89,7 +89,7 @@ async def _read_local(
     max_bytes: int,
     first_may_exceed: bool,
     limit: int,
-) -> list[bytes]:
+) -> list[bytes | memoryview]:
     locations = partition.locate(offset, max_bytes, first_may_exceed, limit)
     batches = await read_many(
         [(stream.segments[loc.segment_id], loc.position, loc.size) for loc in locations]
@@ -255,7 +255,7 @@ async def finish(reads: Sequence[LocalRead]) -> list[ReadResult]:
     return _results(reads, data)
 
 
-def _results(reads: Sequence[LocalRead], data: list[bytes]) -> list[ReadResult]:
+def _results(reads: Sequence[LocalRead], data: Sequence[bytes | memoryview]) -> list[ReadResult]:
     """The planned reads' results, given their batches' bytes in plan order."""
     out = []
     at = 0

@@ -1,5 +1,6 @@
-"""Read-ahead of tier-1 files: what it holds is exactly the file's bytes, in-memory reads
-use it, it stays within its budget, and nothing of a trimmed or released file is served."""
+"""Read-ahead of tier-1 files: what it holds is exactly the files' bytes (batches inside a
+block, across two blocks, blocks across two files), in-memory reads use it, it stays within
+its budget, and nothing of a trimmed or released file is served."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from core.segments import log as seglog
 from core.segments.log import SegmentLog, read_many, read_recent
 from core.segments.readahead import AHEAD
 
-BATCH = 1000
+BATCH = 1000  # each entry takes 1012 bytes of the log (a 12-byte header)
+BLOCK = 2048  # small blocks: batches straddle them, and they straddle files
 
 
 @pytest.fixture(autouse=True)
@@ -20,6 +22,7 @@ def _no_recent_memory(monkeypatch):
     """Every read misses the recent batches: only files and read-ahead are left."""
     monkeypatch.setattr(seglog, "_recent", seglog._RecentBatches(0))
     monkeypatch.setattr(AHEAD, "budget", 1 << 20)
+    monkeypatch.setattr(AHEAD, "block", BLOCK)
     AHEAD.clear()
     yield
     AHEAD.clear()
@@ -46,25 +49,24 @@ def test_read_ahead_serves_the_files_bytes_within_budget(tmp_path, monkeypatch) 
             await log.wait_idle()
             wanted = [(log, p.position, BATCH) for p in pending]
             assert read_recent(wanted) is None  # in the file only
-            AHEAD.schedule(wanted[:3])
-            assert AHEAD.has(log, pending[0].position)  # in flight: not started twice
-            AHEAD.schedule(wanted[:3])
-            assert AHEAD.started == 3
+            AHEAD.schedule(wanted[:3])  # blocks 0 and 1 (the third batch straddles them)
+            AHEAD.schedule(wanted[:3])  # in flight: not started twice
+            assert AHEAD.started == 2
             await _until_read()
             assert read_recent(wanted[:3]) == batches[:3]  # from memory, byte for byte
             assert await read_many(wanted) == batches  # the rest from the file
-            # a length that is not the batch's is never answered from read-ahead
-            assert read_recent([(log, pending[0].position, 10)]) is None
-            # over budget: the oldest go first
-            monkeypatch.setattr(AHEAD, "budget", 4 * BATCH)
-            AHEAD.schedule(wanted[3:5])
+            assert read_recent([(log, pending[1].position + 5, 10)]) == [batches[1][5:15]]
+            # over budget: the oldest block goes first
+            monkeypatch.setattr(AHEAD, "budget", 2 * BLOCK)
+            AHEAD.schedule(wanted[3:])  # block 1 is held: only block 2, up to the durable end
             await _until_read()
-            assert AHEAD.size <= 4 * BATCH
-            assert read_recent(wanted[3:5]) == batches[3:5]
+            assert AHEAD.started == 3
+            assert AHEAD.size <= 2 * BLOCK
+            assert read_recent(wanted[3:]) == batches[3:]
             assert read_recent(wanted[:1]) is None
             log.close()
         log.release()
-        assert AHEAD.size == 0  # a released log's entries are dropped
+        assert AHEAD.size == 0  # a released log's blocks are dropped
 
     trio.run(main)
 
@@ -126,6 +128,25 @@ def test_read_ahead_off_with_a_zero_budget(tmp_path, monkeypatch) -> None:
             await log.wait_idle()
             AHEAD.schedule([(log, p.position, BATCH) for p in pending])
             assert AHEAD.in_flight == 0 and AHEAD.started == 0
+            log.close()
+        log.release()
+
+    trio.run(main)
+
+
+def test_a_batch_over_several_blocks(tmp_path) -> None:
+    async def main() -> None:
+        log = SegmentLog(str(tmp_path), 0, lambda a: None, lambda f, e: None)
+        batch = os.urandom(3 * BLOCK + 100)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(log.run_flusher)
+            pending = log.append(0, bytearray(batch), None)
+            await log.wait_idle()
+            wanted = [(log, pending.position, len(batch))]
+            AHEAD.schedule(wanted)
+            await _until_read()
+            assert AHEAD.started == 4
+            assert read_recent(wanted) == [batch]
             log.close()
         log.release()
 
