@@ -1,9 +1,10 @@
-"""Sequential consumers behind the tail: tier-1 read-ahead on against off, on the same data.
+"""Sequential consumers behind the tail: tier-1 read-ahead on against off, and Kafka.
 
 One gateway data folder gets a topic written by kafka-producer-perf-test.sh (8 partitions,
-1 KiB records, far beyond the recent-batch memory); then, run by run, the gateway restarts
-with read-ahead on (the default) and off (`--read-ahead-bytes 0`), alternating which goes
-first, and each time:
+1 KiB records, far beyond the recent-batch memory; `--local-retain-bytes` large enough that
+all of it stays in tier 1), and a Kafka 3.5.1 broker the same topic; then, run by run, the
+gateway restarts with read-ahead on (the default) and off (`--read-ahead-bytes 0`), in
+turn with Kafka (the order rotating), and each time:
 
 * `perf-consumer`: kafka-consumer-perf-test.sh reads the whole topic (the Java consumer,
   one Fetch in flight, a partition asked again once its records are used): MB/s, and the
@@ -35,12 +36,13 @@ from compat.benchlib.report import environment  # noqa: E402
 from compat.benchlib.scenario import RunOptions, scenario_args, standalone  # noqa: E402
 from compat.benchlib.topics import create_topic  # noqa: E402
 from harness.gateway import Gateway  # noqa: E402
-from harness.kafka import run_tool  # noqa: E402
+from harness.kafka import KafkaBroker, kafka_home, run_tool  # noqa: E402
 
 QUICK = ("--records", "20000")
 _PARTITIONS = 8
 _TOPIC = "readahead"
-_MODES = {"on": (), "off": ("--read-ahead-bytes", "0")}
+_RETAIN = ("--local-retain-bytes", str(4 << 30))  # nothing trimmed: every read from tier 1
+_MODES = {"on": _RETAIN, "off": (*_RETAIN, "--read-ahead-bytes", "0")}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -85,8 +87,10 @@ def _next_offsets(response: bytes) -> dict[int, tuple[int, int]]:
             (size,) = struct.unpack_from(">i", response, at)
             at += 4
             end, pos = -1, at
-            while pos + 61 <= at + size:  # whole batches: base offset, length, ... delta
+            while pos + 61 <= at + size:  # whole batches (Kafka may cut the last one)
                 base, length = struct.unpack_from(">qi", response, pos)
+                if pos + 12 + length > at + size:
+                    break
                 (delta,) = struct.unpack_from(">i", response, pos + 23)
                 end = base + delta + 1
                 pos += 12 + length
@@ -160,14 +164,14 @@ def _quantiles(values: list[float]) -> dict[str, float]:
     return {"p50": at(0.5), "p90": at(0.9), "p99": at(0.99)}
 
 
-def perf_consumer(gw: Gateway, records: int) -> dict[str, Any]:
-    cpu_before = gw.cpu_seconds() or 0.0
+def perf_consumer(server: Gateway | KafkaBroker, records: int) -> dict[str, Any]:
+    cpu_before = server.cpu_seconds() or 0.0
     out = run_tool(
         "kafka-consumer-perf-test.sh",
-        ["--bootstrap-server", gw.bootstrap, "--topic", _TOPIC, "--messages", str(records)],
+        ["--bootstrap-server", server.bootstrap, "--topic", _TOPIC, "--messages", str(records)],
         timeout=600,
     )
-    cpu = (gw.cpu_seconds() or 0.0) - cpu_before
+    cpu = (server.cpu_seconds() or 0.0) - cpu_before
     rows = [line.split(", ") for line in out.stdout.splitlines() if line.count(", ") >= 9]
     data = [r for r in rows if not r[0].startswith("start.time")]
     if out.returncode != 0 or not data:
@@ -177,12 +181,12 @@ def perf_consumer(gw: Gateway, records: int) -> dict[str, Any]:
         "ok": int(r[4]) >= records,
         "mb_per_s": float(r[3]),
         "fetch_mb_per_s": float(r[8]),
-        "gateway_cpu_s": round(cpu, 2),
+        "server_cpu_s": round(cpu, 2),
     }
 
 
-def _write_topic(gw: Gateway, records: int, record_size: int) -> None:
-    create_topic(gw.bootstrap, _TOPIC, _PARTITIONS)
+def _write_topic(bootstrap: str, records: int, record_size: int) -> None:
+    create_topic(bootstrap, _TOPIC, _PARTITIONS)
     out = run_tool(
         "kafka-producer-perf-test.sh",
         [
@@ -195,7 +199,7 @@ def _write_topic(gw: Gateway, records: int, record_size: int) -> None:
             "--throughput",
             "-1",
             "--producer-props",
-            f"bootstrap.servers={gw.bootstrap}",
+            f"bootstrap.servers={bootstrap}",
             "acks=all",
             "linger.ms=0",
             "batch.size=16384",
@@ -217,9 +221,18 @@ def _median(runs: list[dict[str, Any]], *path: str) -> float | None:
     return round(statistics.median(values), 3) if values else None
 
 
+def _measure(server: Gateway | KafkaBroker, args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "perf-consumer": perf_consumer(server, args.records),
+        "probe": probe(server.bootstrap, args.records, args.use_mb_s),
+    }
+
+
 def run(options: RunOptions) -> dict[str, Any]:
     args = scenario_args(build_parser(), options, quick=QUICK, runs="--runs")
-    runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in _MODES}
+    with_kafka = options.wants("kafka") and kafka_home()[0] is not None
+    modes = [*_MODES, "kafka"] if with_kafka else list(_MODES)
+    runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
     with tempfile.TemporaryDirectory(prefix="bench-read-ahead-") as tmp:
         data = Path(tmp) / "data"
         gateways = {
@@ -229,27 +242,37 @@ def run(options: RunOptions) -> dict[str, Any]:
         writer = gateways["on"]
         writer.start_fresh()
         try:
-            _write_topic(writer, args.records, args.record_size)
+            _write_topic(writer.bootstrap, args.records, args.record_size)
         finally:
             writer.stop()
-        modes = list(_MODES)
-        for index in range(args.runs):
-            for mode in modes[index % 2 :] + modes[: index % 2]:
-                gw = gateways[mode]
-                gw.start()
-                try:
-                    result = {
-                        "perf-consumer": perf_consumer(gw, args.records),
-                        "probe": probe(gw.bootstrap, args.records, args.use_mb_s),
-                    }
-                finally:
-                    gw.stop()
-                runs[mode].append(result)
-                print(mode, result, file=sys.stderr, flush=True)
-    summary = {
+        kafka = KafkaBroker(Path(tmp) / "kafka") if with_kafka else None
+        try:
+            if kafka is not None:
+                kafka.start()
+                _write_topic(kafka.bootstrap, args.records, args.record_size)
+            for index in range(args.runs):
+                shift = index % len(modes)
+                for mode in modes[shift:] + modes[:shift]:
+                    if mode == "kafka":
+                        assert kafka is not None
+                        result = _measure(kafka, args)
+                    else:
+                        gw = gateways[mode]
+                        gw.start()
+                        try:
+                            result = _measure(gw, args)
+                        finally:
+                            gw.stop()
+                    runs[mode].append(result)
+                    print(mode, result, file=sys.stderr, flush=True)
+        finally:
+            if kafka is not None:
+                kafka.stop()
+    summary: dict[str, Any] = {
         mode: {
             "perf_consumer_mb_per_s": _median(results, "perf-consumer", "mb_per_s"),
-            "perf_consumer_gateway_cpu_s": _median(results, "perf-consumer", "gateway_cpu_s"),
+            "perf_consumer_fetch_mb_per_s": _median(results, "perf-consumer", "fetch_mb_per_s"),
+            "perf_consumer_server_cpu_s": _median(results, "perf-consumer", "server_cpu_s"),
             "probe_first_byte_p50_ms": _median(results, "probe", "first_byte_ms", "p50"),
             "probe_first_byte_p90_ms": _median(results, "probe", "first_byte_ms", "p90"),
             "probe_answer_p50_ms": _median(results, "probe", "answer_ms", "p50"),
@@ -257,6 +280,13 @@ def run(options: RunOptions) -> dict[str, Any]:
         }
         for mode, results in runs.items()
     }
+    if with_kafka:
+        kafka_mb_s = summary["kafka"]["perf_consumer_mb_per_s"]
+        for mode in _MODES:
+            mine = summary[mode]["perf_consumer_mb_per_s"]
+            summary[mode]["perf_consumer_vs_kafka"] = (
+                round(mine / kafka_mb_s, 2) if mine and kafka_mb_s else None
+            )
     return {
         "settings": {k: str(v) for k, v in vars(args).items()},
         "environment": environment(),

@@ -151,12 +151,13 @@ SCENARIOS: dict[str, Scenario] = {
     ),
     "read-ahead": Scenario(
         "compat.bench_read_ahead",
-        "sequential consumers behind the tail: tier-1 read-ahead on against off",
+        "sequential consumers behind the tail: tier-1 read-ahead on against off, and Kafka",
         (
-            ("perf-consumer MB/s, on", "summary/on/perf_consumer_mb_per_s", ",.1f"),
-            ("perf-consumer MB/s, off", "summary/off/perf_consumer_mb_per_s", ",.1f"),
-            ("Fetch first byte p50 ms, on", "summary/on/probe_first_byte_p50_ms", ".2f"),
-            ("Fetch first byte p50 ms, off", "summary/off/probe_first_byte_p50_ms", ".2f"),
+            ("perf-consumer / Kafka, on", "summary/on/perf_consumer_vs_kafka", ".2f"),
+            ("perf-consumer / Kafka, off", "summary/off/perf_consumer_vs_kafka", ".2f"),
+            ("first byte p50 ms, on", "summary/on/probe_first_byte_p50_ms", ".2f"),
+            ("first byte p50 ms, off", "summary/off/probe_first_byte_p50_ms", ".2f"),
+            ("first byte p50 ms, Kafka", "summary/kafka/probe_first_byte_p50_ms", ".2f"),
         ),
     ),
     "wal": Scenario(

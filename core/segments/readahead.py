@@ -19,6 +19,11 @@ A block holds only durable bytes of files open when it was read; a batch is serv
 while its position is still in one of the log's files and below its durable end; a trim
 drops the blocks over the removed file, a release all of the log's.
 
+A reader of one partition of many, alone, would use a small part of each block: when a log's
+dropped blocks had little of their bytes served, its read-ahead pauses (one read in
+SPARSE_RETRY still goes ahead, to notice when that changes), and such readers are served as
+without read-ahead, one file read per Fetch.
+
 Memory: all logs together hold at most `budget` bytes, oldest block dropped first; reads in
 flight may take half of it more.
 """
@@ -28,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
@@ -43,11 +49,25 @@ log = logging.getLogger(__name__)
 
 READ_AHEAD_BUDGET_BYTES = 32 << 20
 BLOCK_BYTES = 1 << 20
+USEFUL_FLOOR = 0.3
+SPARSE_RETRY = 16
 
 _Key = tuple["SegmentLog", int]  # (log, block number)
 # A block's read: its key, its first log position, and (duplicated descriptor, length,
 # offset in the file) for each file it overlaps.
 _Job = tuple[_Key, int, list[tuple[int, int, int]]]
+
+
+class _Block:
+    """Bytes of a log from `start` (inside or at the start of its block), and how many of
+    them were served so far."""
+
+    __slots__ = ("start", "data", "served")
+
+    def __init__(self, start: int, data: bytes) -> None:
+        self.start = start
+        self.data = data
+        self.served = 0
 
 
 class ReadAhead:
@@ -58,9 +78,13 @@ class ReadAhead:
         self.block = block
         self.size = 0  # bytes held
         self.in_flight = 0  # bytes being read
-        # key -> (first log position, bytes from there); may start or end inside the block
-        self._held: OrderedDict[_Key, tuple[int, bytes]] = OrderedDict()
+        self._held: OrderedDict[_Key, _Block] = OrderedDict()
         self._reading: set[_Key] = set()
+        # Per log, the share of the bytes of its dropped blocks that were served (a moving
+        # average): low when its readers want a small part of each block (one partition of
+        # many read alone). Below USEFUL_FLOOR only every SPARSE_RETRY-th read is started.
+        self._useful: weakref.WeakKeyDictionary[SegmentLog, float] = weakref.WeakKeyDictionary()
+        self._skipped: weakref.WeakKeyDictionary[SegmentLog, int] = weakref.WeakKeyDictionary()
         self.hits = 0  # batches served from here (for tests and measurements)
         self.started = 0  # blocks whose read was started
 
@@ -83,26 +107,26 @@ class ReadAhead:
         held = self._held.get((segment, number))
         if held is None:
             return None
-        start, data = held
-        at = position - start
+        at = position - held.start
         if at < 0:
             return None
         hit: bytes | memoryview
-        if end <= start + len(data):
-            hit = memoryview(data)[at : at + length]
+        if at + length <= len(held.data):
+            hit = memoryview(held.data)[at : at + length]
+            held.served += length
         else:  # the batch goes on in the next blocks
-            pieces = [data[at:]]
-            reached = start + len(data)
+            blocks = [held]
+            reached = held.start + len(held.data)
             while reached < end:
                 number += 1
                 following = self._held.get((segment, number))
-                if following is None or following[0] != reached:
+                if following is None or following.start != reached:
                     return None
-                pieces.append(following[1][: end - reached])
-                reached += len(following[1])
-            hit = b"".join(pieces)
-            if len(hit) != length:
-                return None
+                blocks.append(following)
+                reached += len(following.data)
+            hit = b"".join([held.data[at:]] + [b.data[: end - b.start] for b in blocks[1:]])
+            for b in blocks:
+                b.served += min(end, b.start + len(b.data)) - max(position, b.start)
         self.hits += 1
         return hit
 
@@ -124,6 +148,9 @@ class ReadAhead:
         skipping those held (far enough) or in flight; nothing when the budget is taken.
         On the loop. Never raises on an I/O problem: read-ahead is only a hint (the
         Fetch then reads the file)."""
+        sparse = {segment for segment in {w[0] for w in wanted} if self._sparse(segment)}
+        if sparse:
+            wanted = [w for w in wanted if w[0] not in sparse]
         needed: dict[_Key, int] = {}  # block -> the end position a batch needs in it
         for segment, position, length in wanted:
             end = position + length
@@ -138,7 +165,7 @@ class ReadAhead:
                 if key in self._reading:
                     continue
                 held = self._held.get(key)
-                if held is not None and held[0] + len(held[1]) >= need_end:
+                if held is not None and held.start + len(held.data) >= need_end:
                     continue
                 segment, number = key
                 job = self._block_job(segment, number, fds)
@@ -212,15 +239,30 @@ class ReadAhead:
                 continue  # trimmed or released meanwhile
             self._add(key, start, data)
 
+    def _sparse(self, segment: SegmentLog) -> bool:
+        """Whether to skip reading ahead in `segment` now: its readers used little of its
+        last blocks (reading blocks would cost many times the bytes served). One read in
+        SPARSE_RETRY goes ahead all the same, to notice when that changes."""
+        if self._useful.get(segment, 1.0) >= USEFUL_FLOOR:
+            return False
+        skipped = self._skipped.get(segment, 0) + 1
+        self._skipped[segment] = skipped % SPARSE_RETRY
+        return skipped % SPARSE_RETRY != 0
+
     def _add(self, key: _Key, start: int, data: bytes) -> None:
         old = self._held.pop(key, None)
         if old is not None:
-            self.size -= len(old[1])
-        self._held[key] = (start, data)
+            self.size -= len(old.data)
+        self._held[key] = _Block(start, data)
         self.size += len(data)
         while self.size > self.budget and self._held:
-            _, (_, dropped) = self._held.popitem(last=False)
-            self.size -= len(dropped)
+            (segment, _), dropped = self._held.popitem(last=False)
+            self._dropped(segment, dropped)
+
+    def _dropped(self, segment: SegmentLog, block: _Block) -> None:
+        self.size -= len(block.data)
+        share = min(1.0, block.served / max(1, len(block.data)))
+        self._useful[segment] = 0.75 * self._useful.get(segment, 1.0) + 0.25 * share
 
     def forget(self, segment: SegmentLog, start: int = 0, end: int | None = None) -> None:
         """Drop `segment`'s blocks over positions in [start, end) (all by default)."""
@@ -232,11 +274,12 @@ class ReadAhead:
             if key[0] is segment and first <= key[1] and (last is None or key[1] <= last)
         ]
         for key in gone:
-            self.size -= len(self._held.pop(key)[1])
+            self.size -= len(self._held.pop(key).data)
 
     def clear(self) -> None:
         """Drop every block and zero the counters (reads in flight still land)."""
         self._held.clear()
+        self._useful.clear()
         self.size = self.hits = self.started = 0
 
 

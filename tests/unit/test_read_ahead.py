@@ -151,3 +151,28 @@ def test_a_batch_over_several_blocks(tmp_path) -> None:
         log.release()
 
     trio.run(main)
+
+
+def test_read_ahead_pauses_for_a_reader_of_one_partition_of_many(tmp_path, monkeypatch) -> None:
+    """A reader of one partition of four uses a quarter of each block: once the dropped
+    blocks say so, most of its reads are no longer read ahead (its data stays correct)."""
+    monkeypatch.setattr(AHEAD, "block", 8 * 1012)  # eight entries: two of partition 0
+    monkeypatch.setattr(AHEAD, "budget", 2 * 8 * 1012)
+
+    async def main() -> None:
+        log, batches = _log(tmp_path, 256)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(log.run_flusher)
+            pending = [log.append(i % 4, bytearray(b), None) for i, b in enumerate(batches)]
+            await log.wait_idle()
+            mine = [(log, p.position, BATCH) for p in pending[::4]]
+            for i, w in enumerate(mine[:-1]):
+                AHEAD.schedule([mine[i + 1]])  # what the read-ahead after serving `w` asks
+                await _until_read()
+                assert await read_many([w]) == [batches[4 * i]]
+            # 32 blocks under the 64 batches; with read-ahead paused, far fewer were read
+            assert AHEAD.started < 20
+            log.close()
+        log.release()
+
+    trio.run(main)
