@@ -181,6 +181,7 @@ def perf_consumer(server: Gateway | KafkaBroker, records: int) -> dict[str, Any]
         "ok": int(r[4]) >= records,
         "mb_per_s": float(r[3]),
         "fetch_mb_per_s": float(r[8]),
+        "rebalance_ms": int(r[6]),  # the group join, inside the MB/s figure's time
         "server_cpu_s": round(cpu, 2),
     }
 
