@@ -223,7 +223,7 @@ class ReadAhead:
     def _done(self, jobs: list[_Job], total: int, result: outcome.Outcome[list[bytes]]) -> None:
         """On the loop: keep what was read (if its files are still there). Must not raise:
         an exception in a `run_sync_soon` callback ends the whole run."""
-        self.in_flight -= total
+        self.in_flight = max(0, self.in_flight - total)
         for job in jobs:
             self._reading.discard(job[0])
         try:
@@ -277,10 +277,12 @@ class ReadAhead:
             self.size -= len(self._held.pop(key).data)
 
     def clear(self) -> None:
-        """Drop every block and zero the counters (reads in flight still land)."""
+        """Drop every block and zero the counters; forget reads in flight (those of an
+        event loop that is gone never land; one that does is kept as usual)."""
         self._held.clear()
         self._useful.clear()
-        self.size = self.hits = self.started = 0
+        self._reading.clear()
+        self.size = self.hits = self.started = self.in_flight = 0
 
 
 class _Later:
