@@ -19,6 +19,7 @@ from admin.describe import describe_tier, segment_state
 from admin.groups import describe_group, group_ids
 from core.groups import GroupCoordinator
 from core.segments.commit_times import COMMIT_TIMES
+from core.segments.readahead import AHEAD
 from core.store import StreamStore
 
 
@@ -117,6 +118,25 @@ class StoreCollector(Collector):
             buckets=buckets,
             sum_value=total_s,
         )
+        yield from _read_ahead_metrics()
+
+
+def _read_ahead_metrics() -> Iterator[Metric]:
+    yield GaugeMetricFamily(
+        "streamgate_tier1_read_ahead_bytes",
+        "Tier-1 bytes read ahead for consumers behind the tail, held in memory",
+        value=AHEAD.size,
+    )
+    yield CounterMetricFamily(
+        "streamgate_tier1_read_ahead_blocks",
+        "Read-ahead blocks (1 MiB of a tier-1 log) whose read was started since start",
+        value=AHEAD.started,
+    )
+    yield CounterMetricFamily(
+        "streamgate_tier1_read_ahead_hits",
+        "Batches a Fetch got from read-ahead memory since start",
+        value=AHEAD.hits,
+    )
 
 
 def _tier_metrics(tier: dict[str, Any]) -> Iterator[Metric]:

@@ -13,6 +13,8 @@ from cli import acl_flags
 from cli.app import Settings, serve
 from core import interpreter_tuning
 from core.compaction import CompactionSettings
+from core.segments.log import RECENT_BUDGET_BYTES, set_read_memory
+from core.segments.readahead import READ_AHEAD_BUDGET_BYTES
 from core.sharegroups import ShareSettings
 from core.tiering import TierSettings
 from core.wal.writer import (
@@ -294,6 +296,20 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="memory cache of chunk slices read from tier 2 (STREAMGATE_TIER2_CACHE_BYTES)",
     )
     serve_cmd.add_argument(
+        "--recent-batch-bytes",
+        type=int,
+        default=int(_env("RECENT_BATCH_BYTES", str(RECENT_BUDGET_BYTES)) or 0),
+        help="memory for the newest durable batches, which tail readers get without a file "
+        "read (STREAMGATE_RECENT_BATCH_BYTES, default 64 MiB)",
+    )
+    serve_cmd.add_argument(
+        "--read-ahead-bytes",
+        type=int,
+        default=int(_env("READ_AHEAD_BYTES", str(READ_AHEAD_BUDGET_BYTES)) or 0),
+        help="memory for tier-1 ranges read ahead for consumers behind the tail "
+        "(STREAMGATE_READ_AHEAD_BYTES, default 32 MiB; 0 turns read-ahead off)",
+    )
+    serve_cmd.add_argument(
         "--retention-check-interval-ms",
         type=int,
         default=int(_env("RETENTION_CHECK_INTERVAL_MS", "30000") or 0),
@@ -538,6 +554,7 @@ def run(args: argparse.Namespace) -> int:
     os.makedirs(settings.data_dir, exist_ok=True)
     if settings.wal != "object":  # which checks it before it starts (cli/app.py)
         _check_tier2_folder(settings.tier2_url, settings.data_dir)
+    set_read_memory(args.recent_batch_bytes, args.read_ahead_bytes)
     interpreter_tuning.tune()  # GC thresholds, GIL switch interval: see the module
     try:
         trio.run(serve, settings)

@@ -69,7 +69,7 @@ class ReadResult:
     error: int
     high_watermark: int = -1
     log_start_offset: int = -1
-    batches: list[bytes] | None = None
+    batches: Sequence[bytes | memoryview] | None = None
     last_stable_offset: int = -1
     # read_committed: (producer id, first offset) of aborted transactions in the range read
     aborted: list[tuple[int, int]] | None = None

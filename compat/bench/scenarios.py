@@ -149,6 +149,17 @@ SCENARIOS: dict[str, Scenario] = {
             ("durable append p50 ms", "fsync/median_of_runs/p50_ms", ".2f"),
         ),
     ),
+    "read-ahead": Scenario(
+        "compat.bench_read_ahead",
+        "sequential consumers behind the tail: tier-1 read-ahead on against off, and Kafka",
+        (
+            ("perf-consumer / Kafka, on", "summary/on/perf_consumer_vs_kafka", ".2f"),
+            ("perf-consumer / Kafka, off", "summary/off/perf_consumer_vs_kafka", ".2f"),
+            ("first byte p50 ms, on", "summary/on/probe_first_byte_p50_ms", ".2f"),
+            ("first byte p50 ms, off", "summary/off/probe_first_byte_p50_ms", ".2f"),
+            ("first byte p50 ms, Kafka", "summary/kafka/probe_first_byte_p50_ms", ".2f"),
+        ),
+    ),
     "wal": Scenario(
         "compat.bench_wal",
         "--wal object: write-ahead objects per second, takeover time over kill cycles",

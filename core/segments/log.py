@@ -41,6 +41,7 @@ import trio
 from core.gathered_io import IOV_MAX, advance, views_of, write_all
 from core.segments.commit_times import COMMIT_TIMES
 from core.segments.flush_threads import FLUSH_THREADS
+from core.segments.readahead import AHEAD
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +129,13 @@ class _RecentBatches:
 
 
 _recent = _RecentBatches(RECENT_BUDGET_BYTES)
+
+
+def set_read_memory(recent_bytes: int, read_ahead_bytes: int) -> None:
+    """The process's memory for recently durable batches and for read-ahead of tier-1
+    files (core/segments/readahead.py); 0 turns either off. Set before serving."""
+    _recent.budget = max(0, recent_bytes)
+    AHEAD.configure(read_ahead_bytes)
 
 
 class _GroupFailed(Exception):
@@ -334,6 +342,7 @@ class SegmentLog:
         self.committed_end = self.durable_size
 
     def _remove_file(self, f: LogFile, unlink: bool = True) -> None:
+        AHEAD.forget(self, f.base, f.end)
         os.close(f.fd)
         if unlink:
             os.remove(f.path)
@@ -689,6 +698,7 @@ class SegmentLog:
     def release(self) -> None:
         """Close the file descriptors (after the flusher has returned)."""
         self._recent.clear()
+        AHEAD.forget(self)
         for f in self.files:
             if f.fd >= 0:
                 os.close(f.fd)
@@ -701,31 +711,39 @@ _READ_THREADS = 8
 _read_limiter: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("tier1_reads")
 
 
-def read_recent(reads: Sequence[tuple[SegmentLog, int, int]]) -> list[bytes] | None:
-    """The bytes at (log, position, length) each when every one is among the recently
-    durable batches held in memory; None when any is not (then `read_many`)."""
-    out = []
+def read_recent(
+    reads: Sequence[tuple[SegmentLog, int, int]],
+) -> list[bytes | memoryview] | None:
+    """The bytes at (log, position, length) each when every one is in memory (among the
+    recently durable batches, or read ahead); None when any is not (then `read_many`)."""
+    out: list[bytes | memoryview] = []
     for segment, position, length in reads:
         hit = segment._recent.get(position)
-        if hit is None or len(hit) != length:
+        if hit is not None and len(hit) == length:
+            out.append(bytes(hit))
+            continue
+        ahead = AHEAD.get(segment, position, length)  # a sequential reader's next range
+        if ahead is None:
             return None
-        out.append(bytes(hit))
+        out.append(ahead)
     return out
 
 
-async def read_many(reads: Sequence[tuple[SegmentLog, int, int]]) -> list[bytes]:
+async def read_many(reads: Sequence[tuple[SegmentLog, int, int]]) -> list[bytes | memoryview]:
     """The bytes at (log, position, length) each, read off the event loop in one thread
     hop. LogTrimmed (raised before any read) if a position's file was trimmed.
 
     Each file descriptor is duplicated first, on the loop: a trim or close meanwhile closes
     only the original, so the thread never reads a closed (or reused) descriptor.
     """
-    out: list[bytes | None] = []
+    out: list[bytes | memoryview | None] = []
     missed: list[int] = []
     for i, (segment, position, length) in enumerate(reads):
         hit = segment._recent.get(position)
         if hit is not None and len(hit) == length:
             out.append(bytes(hit))
+        elif (ahead := AHEAD.get(segment, position, length)) is not None:
+            out.append(ahead)
         else:
             out.append(None)
             missed.append(i)

@@ -20,6 +20,7 @@ from ..partition import BatchLocation, Partition
 from ..recordbatch import batch_last_offset
 from ..segments.chunks import iter_batches
 from ..segments.log import LogTrimmed, SegmentLog, read_many, read_recent
+from ..segments.readahead import AHEAD
 
 if TYPE_CHECKING:
     from .stream import Stream
@@ -50,7 +51,7 @@ async def read(
         return ReadResult(ErrorCode.OFFSET_OUT_OF_RANGE, hw, start, last_stable_offset=lso)
     limit = lso if read_committed else hw
     result = ReadResult(ErrorCode.NONE, hw, start, last_stable_offset=lso)
-    batches: list[bytes] | None = None
+    batches: Sequence[bytes | memoryview] | None = None
     # Offsets below the compacted end come from tier 2 (the compacted chunks), so the
     # tier-1 read cache never brings back records compaction removed.
     if offset >= partition.local_start_offset and (
@@ -88,7 +89,7 @@ async def _read_local(
     max_bytes: int,
     first_may_exceed: bool,
     limit: int,
-) -> list[bytes]:
+) -> list[bytes | memoryview]:
     locations = partition.locate(offset, max_bytes, first_may_exceed, limit)
     batches = await read_many(
         [(stream.segments[loc.segment_id], loc.position, loc.size) for loc in locations]
@@ -106,32 +107,55 @@ async def _read_tier2(
     first_may_exceed: bool,
     limit: int,
 ) -> list[bytes]:
-    """Batches from the tier-2 slice holding `offset` (one ranged GET, then the cache)."""
+    """Batches from the tier-2 slice holding `offset` and, while `max_bytes` allows, the
+    slices after it (a slice is one partition's part of a chunk, so a Fetch of 1 MiB would
+    otherwise stop at each chunk's end): each from the cache, which the prefetch of the
+    slices ahead keeps filled, or one ranged GET."""
     location = partition.slice_for(offset)
     tier = stream.tier
     if location is None or tier is None:
         return []
-    data = await tier.read_slice(stream, location)
+    batches: list[bytes] = []
+    total = 0
+    while True:
+        try:
+            data = await tier.read_slice(stream, location)
+        except StoreUnavailable:
+            if not batches:
+                raise
+            break  # the next Fetch meets the error
+        view = memoryview(data)
+        for info in iter_batches(view):
+            if info.last_offset < offset:
+                continue
+            if info.last_offset >= limit or (
+                total + info.size > max_bytes and (batches or not first_may_exceed)
+            ):
+                _prefetch_after(stream, partition, location)
+                return batches
+            batches.append(bytes(view[info.start : info.start + info.size]))
+            total += info.size
+        following = partition.slice_for(location.last_offset + 1)
+        if following is None or total >= max_bytes or following.first_offset >= limit:
+            break
+        if following.first_offset >= partition.local_start_offset:
+            break  # the rest is in tier 1: the next Fetch reads it there
+        location = following
+    _prefetch_after(stream, partition, location)
+    return batches
+
+
+def _prefetch_after(stream: Stream, partition: Partition, location: ChunkSlice) -> None:
+    """Start reading the slices after `location` that are only in tier 2: a catch-up
+    reader wants them next."""
+    tier = stream.tier
     following: ChunkSlice | None = location
-    for _ in range(READ_AHEAD_SLICES):  # a catch-up reader will want these next
-        assert following is not None
+    for _ in range(READ_AHEAD_SLICES):
+        assert following is not None and tier is not None
         following = partition.slice_for(following.last_offset + 1)
         if following is None or following.first_offset >= partition.local_start_offset:
             break
         tier.prefetch(stream, following)
-    batches: list[bytes] = []
-    total = 0
-    view = memoryview(data)
-    for info in iter_batches(view):
-        if info.last_offset < offset:
-            continue
-        if info.last_offset >= limit:
-            break
-        if total + info.size > max_bytes and (batches or not first_may_exceed):
-            break
-        batches.append(bytes(view[info.start : info.start + info.size]))
-        total += info.size
-    return batches
 
 
 @dataclass(slots=True)
@@ -231,7 +255,7 @@ async def finish(reads: Sequence[LocalRead]) -> list[ReadResult]:
     return _results(reads, data)
 
 
-def _results(reads: Sequence[LocalRead], data: list[bytes]) -> list[ReadResult]:
+def _results(reads: Sequence[LocalRead], data: Sequence[bytes | memoryview]) -> list[ReadResult]:
     """The planned reads' results, given their batches' bytes in plan order."""
     out = []
     at = 0
@@ -247,4 +271,34 @@ def _results(reads: Sequence[LocalRead], data: list[bytes]) -> list[ReadResult]:
             end = batch_last_offset(batches[-1]) + 1
             result.aborted = r.partition.aborted_between(r.offset, end)
         out.append(result)
+    behind = [r for r in reads if _behind_recent(r)]
+    if behind:  # a sequential reader behind the tail will want what follows
+        AHEAD.after_answer(lambda: _read_next(behind))
     return out
+
+
+def _behind_recent(r: LocalRead) -> bool:
+    """Whether the read's last batch was older than the recent batches in memory."""
+    last = r.locations[-1]
+    segment = r.stream.segments.get(last.segment_id)
+    return segment is not None and last.position not in segment._recent
+
+
+def _read_next(reads: list[LocalRead]) -> None:
+    """After serving ranges older than the recent batches, start reading each partition's
+    next range in the background, about as large, so that its next Fetch is answered from
+    memory (core/segments/readahead.py)."""
+    wanted: list[tuple[SegmentLog, int, int]] = []
+    for r in reads:
+        partition = r.partition
+        offset = r.locations[-1].last_offset + 1
+        limit = partition.last_stable_offset if r.read_committed else partition.high_watermark
+        if offset >= limit or offset < partition.compacted_end:  # nothing, or from tier 2
+            continue
+        for loc in partition.locate(offset, max(r.max_bytes, r.size), True, limit):
+            following = r.stream.segments.get(loc.segment_id)
+            if following is None or loc.position in following._recent:
+                break  # the rest is in memory already
+            wanted.append((following, loc.position, loc.size))
+    if wanted:
+        AHEAD.schedule(wanted)
