@@ -32,6 +32,7 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
+from compat.bench.kvs import consumer_perf_figures  # noqa: E402
 from compat.benchlib.report import environment  # noqa: E402
 from compat.benchlib.scenario import RunOptions, scenario_args, standalone  # noqa: E402
 from compat.benchlib.topics import create_topic  # noqa: E402
@@ -172,18 +173,7 @@ def perf_consumer(server: Gateway | KafkaBroker, records: int) -> dict[str, Any]
         timeout=600,
     )
     cpu = (server.cpu_seconds() or 0.0) - cpu_before
-    rows = [line.split(", ") for line in out.stdout.splitlines() if line.count(", ") >= 9]
-    data = [r for r in rows if not r[0].startswith("start.time")]
-    if out.returncode != 0 or not data:
-        return {"ok": False, "error": (out.stdout + out.stderr)[-2000:]}
-    r = data[-1]
-    return {
-        "ok": int(r[4]) >= records,
-        "mb_per_s": float(r[3]),
-        "fetch_mb_per_s": float(r[8]),
-        "rebalance_ms": int(r[6]),  # the group join, inside the MB/s figure's time
-        "server_cpu_s": round(cpu, 2),
-    }
+    return {**consumer_perf_figures(out, records), "server_cpu_s": round(cpu, 2)}
 
 
 def _write_topic(bootstrap: str, records: int, record_size: int) -> None:
