@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+COMMIT_ENV = "STREAMGATE_SOURCE_COMMIT"
 
 
 def _git(*args: str) -> str | None:
@@ -47,8 +48,10 @@ def _memory_gib() -> float | None:
 def provenance(argv: list[str] | None = None) -> dict[str, Any]:
     """A dict to store under "provenance" in every result file."""
     status = _git("status", "--porcelain", "--untracked-files=no")
+    # a copy of the tree without its .git (another machine's run) may name its commit
+    commit = _git("rev-parse", "HEAD") or os.environ.get(COMMIT_ENV) or None
     return {
-        "commit": _git("rev-parse", "HEAD"),
+        "commit": commit,
         "dirty": None if status is None else bool(status),
         "command": " ".join(argv if argv is not None else [Path(sys.argv[0]).name, *sys.argv[1:]]),
         "machine": {
