@@ -47,11 +47,12 @@ def _memory_gib() -> float | None:
 
 def provenance(argv: list[str] | None = None) -> dict[str, Any]:
     """A dict to store under "provenance" in every result file."""
-    status = _git("status", "--porcelain", "--untracked-files=no")
-    # a copy of the tree without its .git (another machine's run) may name its commit
-    commit = _git("rev-parse", "HEAD") or os.environ.get(COMMIT_ENV) or None
+    # a copy of the tree sent to another machine names its commit: a .git copied beside it
+    # may be older than the tree, so git there would name the wrong one
+    sent = os.environ.get(COMMIT_ENV)
+    status = None if sent else _git("status", "--porcelain", "--untracked-files=no")
     return {
-        "commit": commit,
+        "commit": sent or _git("rev-parse", "HEAD"),
         "dirty": None if status is None else bool(status),
         "command": " ".join(argv if argv is not None else [Path(sys.argv[0]).name, *sys.argv[1:]]),
         "machine": {

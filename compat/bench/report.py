@@ -72,9 +72,27 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def workload_headlines(doc: Report, most: int = 4) -> str:
+    """A workload file's first rows of the side-by-side table: streamgate's medians."""
+    from compat.bench.kvs import median_of, rows_for  # the table's rows live with its runner
+
+    figures = doc.get("figures") or {}
+    drivers = {name: w.get("driver", "") for name, w in figures.get("workloads", {}).items()}
+    results = figures.get("results", {})
+    parts = []
+    for label, workload, path, fmt, _higher in rows_for(drivers)[:most]:
+        value = median_of(results, "streamgate", workload, path)
+        if value is not None:
+            label = label.removeprefix(f"{workload}: ")  # the file says which workload
+            parts.append(f"{label} {format_figure(value, fmt.replace('.1f', ',.0f'))}")
+    return "; ".join(parts) or "-"
+
+
 def headline_text(doc: Report) -> str:
     if doc["kind"] == "workload":
-        return "medians: the side-by-side table" if doc["name"].startswith("kafka-vs") else "-"
+        if doc["name"].startswith("kafka-vs"):
+            return "medians: the side-by-side table"
+        return workload_headlines(doc)
     scenario = SCENARIOS.get(doc["name"])
     if scenario is None:
         return "-"
