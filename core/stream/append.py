@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_PARTITION_LEADER_EPOCH = 0
+_PARTITION_LEADER_EPOCH = (0).to_bytes(4, "big", signed=True)  # bytes 12-16 of a batch
 
 
 class Ticket:
@@ -171,25 +171,28 @@ def start_append(
         base_offset = partition.next_offset
         batch = bytearray(view)
         patch_base_offset(batch, 0, base_offset)
-        batch[12:16] = _PARTITION_LEADER_EPOCH.to_bytes(4, "big", signed=True)
-        end = base_offset + header.record_count
+        batch[12:16] = _PARTITION_LEADER_EPOCH
+        count = header.record_count
+        end = base_offset + count
         ticket = Ticket(partition, base_offset, end)
         pending = segment.append(index, batch, ticket)
+        size = len(batch)
         partition.index_batch(
             header,
             base_offset,
             segment_id,
             pending.position,
-            len(batch),
-            control=control_type(batch) if marker else None,
+            size,
+            False,
+            control_type(batch) if marker else None,
         )
-        stats.bytes_in += len(batch)
-        stats.records_in += header.record_count
+        stats.bytes_in += size
+        stats.records_in += count
         if partition.bytes_in:
-            partition.bytes_in += len(batch)
+            partition.bytes_in += size
         else:  # a first batch: its size is one that many partitions repeat
-            partition.bytes_in = shared(len(batch))
-        partition.records_in += header.record_count
+            partition.bytes_in = shared(size)
+        partition.records_in += count
         first_offset = base_offset if first_offset is None else first_offset
         wait_for_offset = end
     assert first_offset is not None
