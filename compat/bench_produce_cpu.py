@@ -104,6 +104,40 @@ def in_process_run(tree: Path, requests: int) -> dict[str, Any]:
     return dict(json.loads(out.strip().splitlines()[-1]))
 
 
+def instructions_per_request(tree: Path, small: int, large: int) -> dict[str, Any]:
+    """User-space instructions (valgrind callgrind's Ir) of the in-process run of `tree`,
+    per request: the difference between a run of `large` and one of `small` requests, so
+    the start-up and import cost drops out. Counts, unlike times, do not move with the load
+    beside them (the flush thread's syscalls are not counted; under valgrind the CRC-32C
+    may run in software, which makes the byte work weigh more than on the CPU)."""
+    totals = []
+    with tempfile.TemporaryDirectory(prefix="bench-produce-cpu-cg-") as tmp:
+        for count in (small, large):
+            out = subprocess.run(
+                [
+                    "valgrind",
+                    "--tool=callgrind",
+                    f"--callgrind-out-file={tmp}/callgrind.out",
+                    sys.executable,
+                    str(Path(__file__).resolve()),
+                    "--in-process-child",
+                    str(count),
+                ],
+                cwd=tree,
+                env={**os.environ, "PYTHONPATH": str(tree)},
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            line = next(x for x in out.stderr.splitlines() if "Collected" in x)
+            totals.append(int(line.split()[-1]))
+    return {
+        "instructions_small": totals[0],
+        "instructions_large": totals[1],
+        "instructions_per_request": round((totals[1] - totals[0]) / (large - small)),
+    }
+
+
 def _in_process_child(requests: int) -> None:
     sys.path.insert(0, os.getcwd())
     sys.path.insert(0, os.path.join(os.getcwd(), "tests"))
@@ -192,6 +226,12 @@ def write_markdown(path: Path, report: dict[str, Any]) -> None:
             f"| {tree['label']} | `{tree['commit']}` | {p['cpu_ms_per_mb']} | {p['mb_per_s']} "
             f"| {i['loop_ms_per_mb']} | {i['loop_us_per_request']} | {i['process_ms_per_mb']} |"
         )
+    counted = [t for t in report["trees"] if "in_process_instructions" in t]
+    if counted:
+        lines += ["", "In-process instructions per request (valgrind callgrind Ir):", ""]
+        for tree in counted:
+            per = tree["in_process_instructions"]["instructions_per_request"]
+            lines.append(f"- {tree['label']}: {per:,}")
     lines += ["", f"Command: `{report['command']}`", ""]
     path.write_text("\n".join(lines))
 
@@ -209,6 +249,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--requests", type=int, default=3000, help="in-process requests")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="also count the in-process run's instructions per request (valgrind, slow)",
+    )
     args = parser.parse_args(args_in)
     labels = args.label or [str(tree) for tree in args.tree]
     results: dict[int, dict[str, list[dict[str, Any]]]] = {
@@ -218,6 +263,11 @@ def main(argv: list[str] | None = None) -> int:
         results[i]["in_process"].append(in_process_run(tree, args.requests))
         results[i]["perf_producer"].append(perf_producer_run(tree, args.records, args.size))
         print(labels[i], run, results[i]["in_process"][-1], results[i]["perf_producer"][-1])
+    counted: dict[int, dict[str, Any]] = {}
+    if args.instructions:
+        for i, tree in enumerate(args.tree):
+            counted[i] = instructions_per_request(tree, 200, 600)
+            print(labels[i], counted[i])
     report: dict[str, Any] = {
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "cpus": os.cpu_count(),
@@ -231,6 +281,7 @@ def main(argv: list[str] | None = None) -> int:
                     kind: {"median": _medians(runs), "runs": runs}
                     for kind, runs in results[i].items()
                 },
+                **({"in_process_instructions": counted[i]} if i in counted else {}),
             }
             for i, tree in enumerate(args.tree)
         ],
