@@ -70,6 +70,9 @@ class SequenceCheck:
         self.duplicate_of = duplicate_of
 
 
+# The outcome of most checks, shared (callers only read it).
+_IN_ORDER = SequenceCheck()
+
 _last_offset = attrgetter("last_offset")  # the tier-2 index's sort key: slices bisect on it
 
 
@@ -156,7 +159,7 @@ class Partition:
                 segment_id,
                 position,
                 size,
-                max(previous, max_timestamp),
+                previous if previous > max_timestamp else max_timestamp,
                 max_timestamp,
             )
         )
@@ -429,7 +432,16 @@ class Partition:
     ) -> SequenceCheck:
         state = self._producers.get(producer_id) if self._producers else None
         if state is None:
-            return SequenceCheck()
+            return _IN_ORDER
+        batches = state.batches
+        # The common case first: the batch right after the last one (never a retry of a
+        # remembered batch: those end at or before the last sequence).
+        if (
+            epoch == state.epoch
+            and batches
+            and first_seq == _next_sequence(batches[-1].last_sequence)
+        ):
+            return _IN_ORDER
         if epoch < state.epoch:
             return SequenceCheck(ErrorCode.INVALID_PRODUCER_EPOCH)
         if epoch > state.epoch:
@@ -442,7 +454,7 @@ class Partition:
                 return SequenceCheck(duplicate_of=batch.base_offset)
         if state.batches and first_seq != _next_sequence(state.last_sequence):
             return SequenceCheck(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
-        return SequenceCheck()
+        return _IN_ORDER
 
     def record_sequence(
         self,
@@ -467,8 +479,10 @@ class Partition:
         if state is None or epoch != state.epoch:
             state = self._producers[producer_id] = ProducerState(epoch)
         last_seq = (first_seq + count - 1) % (INT32_MAX + 1)
-        state.batches.append(ProducerBatch(first_seq, last_seq, base_offset))
-        del state.batches[:-PRODUCER_BATCH_CACHE]
+        batches = state.batches
+        batches.append(ProducerBatch(first_seq, last_seq, base_offset))
+        if len(batches) > PRODUCER_BATCH_CACHE:
+            del batches[:-PRODUCER_BATCH_CACHE]
 
     def restore_producer(
         self, producer_id: int, epoch: int, batches: list[tuple[int, int, int]]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple, cast
+from typing import TYPE_CHECKING, cast
 
 import trio
 
@@ -22,26 +22,42 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_PARTITION_LEADER_EPOCH = 0
+_PARTITION_LEADER_EPOCH = (0).to_bytes(4, "big", signed=True)  # bytes 12-16 of a batch
 
 
 class Ticket:
-    """Completion of one queued append: set when durable, or with an error when it failed."""
+    """One queued log entry: what `on_durable` / `on_failed` need to finish it, and its
+    completion (`done` once durable or failed, `error` then set when it failed).
 
-    __slots__ = ("event", "error")
+    The entry's token and the producer's handle in one object, and no trio.Event unless a
+    task waits: most results are read without waiting (a group commit finishes a whole
+    request's partitions at once), and an event per batch was a measurable part of the
+    event loop's work per Produce.
+    """
 
-    def __init__(self) -> None:
-        self.event = trio.Event()
-        self.error = ErrorCode.NONE
+    __slots__ = ("partition", "base_offset", "end_offset", "done", "error", "_event")
 
+    def __init__(self, partition: Partition, base_offset: int, end_offset: int) -> None:
+        self.partition = partition
+        self.base_offset = base_offset
+        self.end_offset = end_offset
+        self.done = False
+        self.error: int = ErrorCode.NONE
+        self._event: trio.Event | None = None
 
-class AppendToken(NamedTuple):
-    """What a queued log entry carries back to `on_durable` / `on_failed`."""
+    def finish(self, error: int = ErrorCode.NONE) -> None:
+        """Durable (or failed with `error`): wake the task waiting, if any."""
+        self.error = error
+        self.done = True
+        if self._event is not None:
+            self._event.set()
 
-    partition: Partition
-    base_offset: int
-    end_offset: int
-    ticket: Ticket | None
+    async def wait(self) -> None:
+        """Return once finished (at once if it is)."""
+        if not self.done:
+            if self._event is None:
+                self._event = trio.Event()
+            await self._event.wait()
 
 
 @dataclass(slots=True)
@@ -57,7 +73,7 @@ class PendingProduce:
         """The result if it is already known (durable or failed); None while it is not."""
         ticket = self.ticket
         if ticket is not None:
-            if not ticket.event.is_set():
+            if not ticket.done:
                 return None
             if ticket.error:
                 return AppendResult(ticket.error, message="write to the log failed")
@@ -70,7 +86,7 @@ class PendingProduce:
     async def wait(self) -> AppendResult:
         partition = self.partition
         if self.ticket is not None:
-            await self.ticket.event.wait()
+            await self.ticket.wait()
             if self.ticket.error:
                 return AppendResult(self.ticket.error, message="write to the log failed")
         while partition.high_watermark < self.end_offset:  # a duplicate still in flight
@@ -155,26 +171,28 @@ def start_append(
         base_offset = partition.next_offset
         batch = bytearray(view)
         patch_base_offset(batch, 0, base_offset)
-        batch[12:16] = _PARTITION_LEADER_EPOCH.to_bytes(4, "big", signed=True)
-        ticket = Ticket() if acks != 0 else None
-        end = base_offset + header.record_count
-        token = AppendToken(partition, base_offset, end, ticket)
-        pending = segment.append(index, batch, token)
+        batch[12:16] = _PARTITION_LEADER_EPOCH
+        count = header.record_count
+        end = base_offset + count
+        ticket = Ticket(partition, base_offset, end)
+        pending = segment.append(index, batch, ticket)
+        size = len(batch)
         partition.index_batch(
             header,
             base_offset,
             segment_id,
             pending.position,
-            len(batch),
-            control=control_type(batch) if marker else None,
+            size,
+            False,
+            control_type(batch) if marker else None,
         )
-        stats.bytes_in += len(batch)
-        stats.records_in += header.record_count
+        stats.bytes_in += size
+        stats.records_in += count
         if partition.bytes_in:
-            partition.bytes_in += len(batch)
+            partition.bytes_in += size
         else:  # a first batch: its size is one that many partitions repeat
-            partition.bytes_in = shared(len(batch))
-        partition.records_in += header.record_count
+            partition.bytes_in = shared(size)
+        partition.records_in += count
         first_offset = base_offset if first_offset is None else first_offset
         wait_for_offset = end
     assert first_offset is not None
@@ -188,49 +206,45 @@ def start_append(
 def on_durable(appended: list[LogAppend]) -> None:
     """A segment log fsync'd these appends: advance high watermarks, wake the producers."""
     for pending in appended:
-        token = cast(AppendToken, pending.token)
-        partition = token.partition
-        if token.end_offset > partition.reserved:  # not reserved yet: wait for the raise
+        ticket = cast(Ticket, pending.token)
+        partition = ticket.partition
+        if ticket.end_offset > partition.reserved:  # not reserved yet: wait for the raise
             if partition.deferred is None:
                 partition.deferred = []
-            partition.deferred.append(token)
+            partition.deferred.append(ticket)
             continue
-        partition.advance_high_watermark(token.end_offset)
-        if token.ticket is not None:
-            token.ticket.event.set()
+        partition.advance_high_watermark(ticket.end_offset)
+        ticket.finish()
 
 
 def release_deferred(partition: Partition) -> None:
     """The partition's reservation was raised: acknowledge and show the durable appends
     that now lie below it (in offset order; the rest wait for the next raise)."""
-    waiting = partition.deferred or []
-    kept: list[AppendToken] = []
-    for token in waiting:
-        if kept or token.end_offset > partition.reserved:
-            kept.append(token)
+    waiting: list[Ticket] = partition.deferred or []
+    kept: list[Ticket] = []
+    for ticket in waiting:
+        if kept or ticket.end_offset > partition.reserved:
+            kept.append(ticket)
             continue
-        partition.advance_high_watermark(token.end_offset)
-        if token.ticket is not None:
-            token.ticket.event.set()
+        partition.advance_high_watermark(ticket.end_offset)
+        ticket.finish()
     partition.deferred = kept or None
 
 
 def fail_deferred(partition: Partition) -> None:
     """The topic is gone: end the appends still waiting for a reservation."""
+    waiting: list[Ticket]
     waiting, partition.deferred = partition.deferred or [], None
-    for token in waiting:
-        if token.ticket is not None:
-            token.ticket.error = ErrorCode.KAFKA_STORAGE_ERROR
-            token.ticket.event.set()
+    for ticket in waiting:
+        ticket.finish(ErrorCode.KAFKA_STORAGE_ERROR)
 
 
 def on_failed(stream_name: str, failed: list[LogAppend], exc: Exception) -> None:
     """A segment log could not write these appends: forget them, fail the producers."""
     log.error("stream %s: %d appends failed: %s", stream_name, len(failed), exc)
     for pending in failed:
-        partition, base, _end, ticket = cast(AppendToken, pending.token)
-        if partition.next_offset > base:
-            partition.truncate_to(base)
-        if ticket is not None:
-            ticket.error = ErrorCode.KAFKA_STORAGE_ERROR
-            ticket.event.set()
+        ticket = cast(Ticket, pending.token)
+        partition = ticket.partition
+        if partition.next_offset > ticket.base_offset:
+            partition.truncate_to(ticket.base_offset)
+        ticket.finish(ErrorCode.KAFKA_STORAGE_ERROR)

@@ -60,21 +60,17 @@ def test_durable_appends_above_the_mark_wait_for_it() -> None:
     partition = Partition(0)
     assert partition.reserved == UNRESERVED  # no metadata store: nothing is deferred
     partition.reserved = 5
-    tickets = [append.Ticket() for _ in range(3)]
-    tokens = [
-        append.AppendToken(partition, base, end, ticket)
-        for (base, end), ticket in zip([(0, 4), (4, 8), (8, 9)], tickets, strict=True)
-    ]
-    appended = [append.LogAppend(0, 0, 0, token) for token in tokens]
+    tickets = [append.Ticket(partition, base, end) for base, end in [(0, 4), (4, 8), (8, 9)]]
+    appended = [append.LogAppend(0, 0, 0, ticket) for ticket in tickets]
     append.on_durable(appended)
-    assert partition.high_watermark == 4 and tickets[0].event.is_set()
-    assert not tickets[1].event.is_set() and partition.deferred == tokens[1:]
+    assert partition.high_watermark == 4 and tickets[0].done
+    assert not tickets[1].done and partition.deferred == tickets[1:]
     partition.reserved = 8
     append.release_deferred(partition)
-    assert partition.high_watermark == 8 and tickets[1].event.is_set()
-    assert partition.deferred == tokens[2:] and not tickets[2].event.is_set()
+    assert partition.high_watermark == 8 and tickets[1].done
+    assert partition.deferred == tickets[2:] and not tickets[2].done
     append.fail_deferred(partition)
-    assert tickets[2].event.is_set() and tickets[2].error and partition.deferred is None
+    assert tickets[2].done and tickets[2].error and partition.deferred is None
 
 
 def test_acknowledged_offsets_stay_below_the_reservation(tmp_path) -> None:
