@@ -71,6 +71,18 @@ class LeanSocketStream(trio.abc.Stream):
             except OSError as exc:
                 raise trio.BrokenResourceError(f"send failed: {exc}") from exc
 
+    def send_now(self, data: bytes) -> int:
+        """Send what the socket takes without waiting: the number of bytes sent (0 when
+        its buffer is full). For a caller that knows no other send is under way."""
+        if self._closed:
+            raise trio.ClosedResourceError("the stream is closed")
+        try:
+            return self._sock.send(data)
+        except BlockingIOError:
+            return 0
+        except OSError as exc:
+            raise trio.BrokenResourceError(f"send failed: {exc}") from exc
+
     async def send_all_buffers(self, buffers: list[bytes | memoryview]) -> None:
         """Send the buffers in order as one stream of bytes, gathered (`sendmsg`) so that
         none is copied to be joined with the others."""

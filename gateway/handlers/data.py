@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Awaitable, Generator
+from collections.abc import Awaitable, Coroutine, Generator
 from typing import Any
 
 import trio
@@ -293,7 +293,33 @@ def fetch(
             version = header.api_version
             return Answered(encode_fetch_response(header.correlation_id, version, topics))
         watching = _watch(ctx, body)
+        return _LongPoll(
+            _fetch(ctx, header, body, max_bytes, read_committed, deadline, watching), watching
+        )
     return _fetch(ctx, header, body, max_bytes, read_committed, deadline, watching)
+
+
+class _LongPoll:
+    """The waiting part of a Fetch whose waiters are on its partitions already. Awaited
+    once; or closed, never awaited (its connection went away first), which takes the
+    waiters off again."""
+
+    __slots__ = ("_coroutine", "_watching")
+
+    def __init__(
+        self, coroutine: Coroutine[Any, Any, list[bytes | memoryview]], watching: _Watch
+    ) -> None:
+        self._coroutine = coroutine
+        self._watching = watching
+
+    def __await__(self) -> Generator[Any, None, list[bytes | memoryview]]:
+        return self._coroutine.__await__()
+
+    def close(self) -> None:
+        self._coroutine.close()
+        event, watched = self._watching
+        for partition in watched:
+            partition.remove_waiter(event)
 
 
 async def _fetch(
