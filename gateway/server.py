@@ -175,20 +175,32 @@ class ServerSettings:
 class _ResponseSlot:
     """A place in a connection's response order, filled when its handler finishes."""
 
-    __slots__ = ("done", "payload", "close_connection", "pending")
+    __slots__ = ("done", "_waiter", "payload", "close_connection", "pending")
 
     def __init__(self) -> None:
-        self.done = trio.Event()
+        self.done = False
+        # Made only when the writer has to wait: most slots are done before it looks.
+        self._waiter: trio.Event | None = None
         self.payload: Framed | None = None
         self.close_connection = False
         # A handler's result left for the writer task to finish (no task of its own): a
         # Produce's outcome, or the waiting part of a request; `done` is set.
         self.pending: tuple[RequestHeader, Awaitable[Any]] | None = None
 
+    def set_done(self) -> None:
+        self.done = True
+        if self._waiter is not None:
+            self._waiter.set()
+
+    async def wait_done(self) -> None:
+        if not self.done:  # (waiting on a set event would still yield)
+            self._waiter = trio.Event()
+            await self._waiter.wait()
+
     def fill(self, payload: Framed | None, close_connection: bool = False) -> None:
         self.payload = payload
         self.close_connection = close_connection
-        self.done.set()
+        self.set_done()
 
 
 class _CloseConnection(Exception):
@@ -431,7 +443,7 @@ class Gateway:
                                 # saves a task per request and lets one pass of the loop
                                 # answer every Produce a group commit completed.
                                 slot.pending = (header, awaitable)
-                                slot.done.set()
+                                slot.set_done()
                             elif isinstance(awaitable, Answered):  # a Fetch with data at hand
                                 self._fill_now(header, awaitable.response, slot)
                             elif writer_finishes:
@@ -439,7 +451,7 @@ class Gateway:
                                 # one anyway: it runs the waiting part (a long-poll Fetch)
                                 # itself, which saves a task and a wake-up per request.
                                 slot.pending = pending
-                                slot.done.set()
+                                slot.set_done()
                             else:  # wrapped ones may read the request's context variables
                                 nursery.start_soon(self._finish_request, pending, slot)
                 # Raised, not cancelled: the nursery cancels the requests and re-raises it.
@@ -485,7 +497,7 @@ class Gateway:
     def _settle_now(self, slot: _ResponseSlot) -> bool:
         """Whether the slot's response is final, finishing a Produce whose appends are all
         durable already (no await: no pass through the event loop)."""
-        if not slot.done.is_set():
+        if not slot.done:
             return False
         if slot.pending is None:
             return True
@@ -508,8 +520,7 @@ class Gateway:
 
     async def _settle(self, slot: _ResponseSlot) -> None:
         """Wait until the slot's response is final."""
-        if not slot.done.is_set():  # (waiting on a set event would still yield)
-            await slot.done.wait()
+        await slot.wait_done()
         if slot.pending is not None:
             pending, slot.pending = slot.pending, None
             await self._finish_request(pending, slot)
