@@ -332,16 +332,26 @@ async def _fetch(
     watching: _Watch | None,
 ) -> list[bytes | memoryview]:
     """The rest of `fetch`; `watching`: a first read found too little, its waiters set."""
+    # After a wake the new batches are most likely in memory: read them without awaits.
+    # (Not before the first wait: where there is none, `fetch` found that they are not.)
+    read_now = watching is not None
     while True:
         if watching is None:
-            topics, total, has_error = await _read_fetch(ctx, body, max_bytes, read_committed)
+            read = _read_fetch_now(ctx, body, max_bytes, read_committed) if read_now else None
+            if read is None:
+                read = await _read_fetch(ctx, body, max_bytes, read_committed)
+            topics, total, has_error = read
             if total >= body.min_bytes or has_error or trio.current_time() >= deadline:
                 break
             watching = _watch(ctx, body)
         woken = await _wait_for_data(watching, deadline)
         watching = None
+        read_now = True
         if not woken:
-            topics, total, has_error = await _read_fetch(ctx, body, max_bytes, read_committed)
+            read = _read_fetch_now(ctx, body, max_bytes, read_committed)
+            if read is None:
+                read = await _read_fetch(ctx, body, max_bytes, read_committed)
+            topics, total, has_error = read
             break
     return encode_fetch_response(header.correlation_id, header.api_version, topics)
 
