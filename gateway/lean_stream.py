@@ -8,7 +8,8 @@ flight paid it twice per request (a receive and a send), on top of the real wait
 
 This stream's send yields only when the socket makes it wait (trio's `wait_writable`); its
 receive yields like trio's: after data that was already there (so a client that keeps the
-socket full cannot starve the other tasks), not a second time after a wait for data.
+socket full cannot starve the other tasks), not a second time after a wait for data. After
+a receive that emptied the socket, the next one waits for data before it tries.
 Cancellation is still honoured at every call. Used for plain TCP listeners; TLS connections
 keep trio's `SSLStream`.
 """
@@ -34,11 +35,20 @@ class LeanSocketStream(trio.abc.Stream):
         self._sock = socket.fromfd(original.fileno(), original.family, original.type)
         self._sock.setblocking(False)
         self._closed = False
+        self._drained = False  # the last receive took less than asked: the socket is empty
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes:
-        await trio.lowlevel.checkpoint_if_cancelled()
         size = max_bytes or _DEFAULT_RECEIVE
         waited = False
+        if self._drained and not self._closed:
+            # The last receive emptied the socket: a client that waits for each answer has
+            # sent nothing since, so wait first rather than try a receive that would fail
+            # (a syscall and an exception per request). Data already there ends the wait
+            # at the next pass of the loop, where a receive that found it would yield too.
+            waited = True
+            await trio.lowlevel.wait_readable(self._sock)
+        else:
+            await trio.lowlevel.checkpoint_if_cancelled()
         while True:
             if self._closed:
                 raise trio.ClosedResourceError("the stream is closed")
@@ -50,6 +60,7 @@ class LeanSocketStream(trio.abc.Stream):
                 continue
             except OSError as exc:
                 raise trio.BrokenResourceError(f"receive failed: {exc}") from exc
+            self._drained = 0 < len(data) < size
             if not waited:
                 # Data was already there (a client pipelining requests): let the other
                 # tasks run, as trio's stream does, so the flusher starts on the first
@@ -70,6 +81,18 @@ class LeanSocketStream(trio.abc.Stream):
                 await trio.lowlevel.wait_writable(self._sock)
             except OSError as exc:
                 raise trio.BrokenResourceError(f"send failed: {exc}") from exc
+
+    def send_now(self, data: bytes) -> int:
+        """Send what the socket takes without waiting: the number of bytes sent (0 when
+        its buffer is full). For a caller that knows no other send is under way."""
+        if self._closed:
+            raise trio.ClosedResourceError("the stream is closed")
+        try:
+            return self._sock.send(data)
+        except BlockingIOError:
+            return 0
+        except OSError as exc:
+            raise trio.BrokenResourceError(f"send failed: {exc}") from exc
 
     async def send_all_buffers(self, buffers: list[bytes | memoryview]) -> None:
         """Send the buffers in order as one stream of bytes, gathered (`sendmsg`) so that

@@ -1,8 +1,11 @@
 """The trio TCP server: one task per connection, pipelined requests answered in order.
 
 Per connection, a reader task splits frames and starts each request's handler; a writer
-task sends the responses strictly in request order. The number of requests in flight per
-connection is bounded, so a client that never reads its responses stops being read from.
+task sends the responses strictly in request order (and runs the handlers' waiting parts,
+a long-poll Fetch's wait, where no request changes the connection's context). A response
+known at once while nothing else is in flight is sent by the reader itself. The number of
+requests in flight per connection is bounded, so a client that never reads its responses
+stops being read from.
 
 Requests of one connection take effect in the order they were sent, as on Kafka: a request
 starts only once every earlier one has settled (its effects visible to later requests), with
@@ -172,19 +175,32 @@ class ServerSettings:
 class _ResponseSlot:
     """A place in a connection's response order, filled when its handler finishes."""
 
-    __slots__ = ("done", "payload", "close_connection", "pending")
+    __slots__ = ("done", "_waiter", "payload", "close_connection", "pending")
 
     def __init__(self) -> None:
-        self.done = trio.Event()
+        self.done = False
+        # Made only when the writer has to wait: most slots are done before it looks.
+        self._waiter: trio.Event | None = None
         self.payload: Framed | None = None
         self.close_connection = False
-        # A Produce left for the writer task to finish (no task of its own); `done` is set.
-        self.pending: tuple[RequestHeader, ProduceOutcome] | None = None
+        # A handler's result left for the writer task to finish (no task of its own): a
+        # Produce's outcome, or the waiting part of a request; `done` is set.
+        self.pending: tuple[RequestHeader, Awaitable[Any]] | None = None
+
+    def set_done(self) -> None:
+        self.done = True
+        if self._waiter is not None:
+            self._waiter.set()
+
+    async def wait_done(self) -> None:
+        if not self.done:  # (waiting on a set event would still yield)
+            self._waiter = trio.Event()
+            await self._waiter.wait()
 
     def fill(self, payload: Framed | None, close_connection: bool = False) -> None:
         self.payload = payload
         self.close_connection = close_connection
-        self.done.set()
+        self.set_done()
 
 
 class _CloseConnection(Exception):
@@ -357,6 +373,11 @@ class Gateway:
         )
         idle = _IdleTimer(self.settings.connections_max_idle_ms)
         order = _Sequencer()
+        # Whether the writer task may run a handler's waiting part: only where no request
+        # changes the connection's context variables after the writer started (a SASL
+        # login or the authorizer's test principal set PRINCIPAL in the reader's context).
+        writer_finishes = sasl is None and self.ctx.authorizer is None
+        lean = stream if isinstance(stream, LeanSocketStream) else None
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._write_responses, stream, receive_slots, idle, order)
             nursery.start_soon(idle.watch)
@@ -382,10 +403,15 @@ class Gateway:
                             order.started(produce)
                             slot = _ResponseSlot()
                             idle.request_started()
-                            try:  # no pass through the scheduler unless the window is full
-                                send_slots.send_nowait(slot)
-                            except trio.WouldBlock:
-                                await send_slots.send(slot)
+                            # Nothing else in flight: the writer is idle, so a response
+                            # ready at once may go out from here, before any later one.
+                            alone = lean is not None and idle.in_flight == 1
+                            if not alone or (sasl is not None and not sasl.authenticated):
+                                try:  # no pass through the scheduler unless the window is full
+                                    send_slots.send_nowait(slot)
+                                except trio.WouldBlock:
+                                    await send_slots.send(slot)
+                                alone = False
                             if sasl is not None and not sasl.authenticated:
                                 # Before authentication, one frame at a time: the next
                                 # frame's meaning depends on this one's outcome.
@@ -396,20 +422,37 @@ class Gateway:
                             # Decoding and the handler's synchronous part run here, in
                             # request order; only the waiting part runs as its own task.
                             pending = self._start_request(frame, slot)
+                            if alone:
+                                assert lean is not None
+                                answered = None if pending is None else pending[1]
+                                if isinstance(answered, Answered):
+                                    assert pending is not None
+                                    header = pending[0]
+                                    pending = None
+                                    if self._send_alone(lean, header, answered.response, slot):
+                                        # Sent whole: no slot, no wake-up of the writer.
+                                        order.settled()
+                                        idle.response_sent()
+                                        continue
+                                send_slots.send_nowait(slot)  # the window is empty
                             if pending is None:
                                 continue
                             header, awaitable = pending
                             if isinstance(awaitable, ProduceOutcome):
                                 # Answered in order anyway: the writer finishes it, which
                                 # saves a task per request and lets one pass of the loop
-                                # answer every Produce a group commit completed. (Wrapped
-                                # ones, by a guard or throttle, may read the request's
-                                # context variables: they keep a task of their own.)
+                                # answer every Produce a group commit completed.
                                 slot.pending = (header, awaitable)
-                                slot.done.set()
+                                slot.set_done()
                             elif isinstance(awaitable, Answered):  # a Fetch with data at hand
                                 self._fill_now(header, awaitable.response, slot)
-                            else:
+                            elif writer_finishes:
+                                # The writer would wait for this response before any later
+                                # one anyway: it runs the waiting part (a long-poll Fetch)
+                                # itself, which saves a task and a wake-up per request.
+                                slot.pending = pending
+                                slot.set_done()
+                            else:  # wrapped ones may read the request's context variables
                                 nursery.start_soon(self._finish_request, pending, slot)
                 # Raised, not cancelled: the nursery cancels the requests and re-raises it.
                 raise _CloseConnection(
@@ -424,36 +467,43 @@ class Gateway:
         idle: _IdleTimer,
         order: _Sequencer,
     ) -> None:
+        held: _ResponseSlot | None = None  # received, not yet settled
         async with slots:
-            async for slot in slots:
-                if not self._settle_now(slot):
-                    await self._settle(slot)
-                order.settled()
-                # Responses already finished behind this one (a group commit ends several
-                # at once) go out in the same send: one syscall instead of one each.
-                out = [slot]
-                while not out[-1].close_connection and len(out) < _COALESCE_MAX:
-                    try:
-                        following = slots.receive_nowait()
-                    except (trio.WouldBlock, trio.EndOfChannel):
-                        break
-                    if not self._settle_now(following):  # send what is ready, then wait
-                        await self._send_slots(stream, out, idle)
-                        await self._settle(following)
-                        out = []
+            try:
+                async for slot in slots:
+                    held = slot
+                    if not self._settle_now(slot):
+                        await self._settle(slot)
                     order.settled()
-                    out.append(following)
-                await self._send_slots(stream, out, idle)
+                    # Responses already finished behind this one (a group commit ends
+                    # several at once) go out in the same send: one syscall, not one each.
+                    out = [slot]
+                    while not out[-1].close_connection and len(out) < _COALESCE_MAX:
+                        try:
+                            following = slots.receive_nowait()
+                        except (trio.WouldBlock, trio.EndOfChannel):
+                            break
+                        held = following
+                        if not self._settle_now(following):  # send what is ready, then wait
+                            await self._send_slots(stream, out, idle)
+                            await self._settle(following)
+                            out = []
+                        order.settled()
+                        out.append(following)
+                    await self._send_slots(stream, out, idle)
+            finally:
+                _close_unstarted(held, slots)
 
     def _settle_now(self, slot: _ResponseSlot) -> bool:
         """Whether the slot's response is final, finishing a Produce whose appends are all
         durable already (no await: no pass through the event loop)."""
-        if not slot.done.is_set():
+        if not slot.done:
             return False
         if slot.pending is None:
             return True
         header, outcome = slot.pending
-        assert isinstance(outcome, ProduceOutcome)
+        if not isinstance(outcome, ProduceOutcome):  # a coroutine: the writer awaits it
+            return False
         try:
             ready, response = outcome.result_now()
             if not ready:
@@ -470,8 +520,7 @@ class Gateway:
 
     async def _settle(self, slot: _ResponseSlot) -> None:
         """Wait until the slot's response is final."""
-        if not slot.done.is_set():  # (waiting on a set event would still yield)
-            await slot.done.wait()
+        await slot.wait_done()
         if slot.pending is not None:
             pending, slot.pending = slot.pending, None
             await self._finish_request(pending, slot)
@@ -597,6 +646,27 @@ class Gateway:
         slot.fill(None, close_connection=True)
         return None
 
+    def _send_alone(
+        self,
+        stream: LeanSocketStream,
+        header: RequestHeader,
+        response: list[bytes | memoryview],
+        slot: _ResponseSlot,
+    ) -> bool:
+        """Send a response known at once, with no other in flight, from the reader: True if
+        it went out whole; otherwise `slot` holds it, or the part the socket did not take
+        (the writer sends that)."""
+        self._fill_now(header, response, slot)
+        payload = slot.payload
+        if not isinstance(payload, bytes) or slot.close_connection:
+            return False
+        sent = stream.send_now(payload)
+        if sent == len(payload):
+            return True
+        if sent:
+            slot.payload = payload[sent:]
+        return False
+
     def _fill_now(
         self, header: RequestHeader, response: list[bytes | memoryview], slot: _ResponseSlot
     ) -> None:
@@ -669,6 +739,23 @@ async def _send_framed(stream: trio.abc.Stream, responses: list[Framed]) -> None
         return
     for response in responses:
         await stream.send_all(response if isinstance(response, bytes) else b"".join(response))
+
+
+def _close_unstarted(
+    held: _ResponseSlot | None, slots: trio.MemoryReceiveChannel[_ResponseSlot]
+) -> None:
+    """Close the waiting parts the writer never started (the connection is going away):
+    none is left unawaited, and a long-poll Fetch takes its waiters off its partitions."""
+    while True:
+        if held is not None and held.pending is not None:
+            close = getattr(held.pending[1], "close", None)
+            held.pending = None
+            if close is not None:
+                close()
+        try:
+            held = slots.receive_nowait()
+        except (trio.WouldBlock, trio.EndOfChannel):
+            return
 
 
 def _peer_name(stream: trio.SocketStream) -> str:

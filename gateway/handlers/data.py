@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Awaitable, Generator
+from collections.abc import Awaitable, Coroutine, Generator
 from typing import Any
 
 import trio
@@ -293,7 +293,33 @@ def fetch(
             version = header.api_version
             return Answered(encode_fetch_response(header.correlation_id, version, topics))
         watching = _watch(ctx, body)
+        return _LongPoll(
+            _fetch(ctx, header, body, max_bytes, read_committed, deadline, watching), watching
+        )
     return _fetch(ctx, header, body, max_bytes, read_committed, deadline, watching)
+
+
+class _LongPoll:
+    """The waiting part of a Fetch whose waiters are on its partitions already. Awaited
+    once; or closed, never awaited (its connection went away first), which takes the
+    waiters off again."""
+
+    __slots__ = ("_coroutine", "_watching")
+
+    def __init__(
+        self, coroutine: Coroutine[Any, Any, list[bytes | memoryview]], watching: _Watch
+    ) -> None:
+        self._coroutine = coroutine
+        self._watching = watching
+
+    def __await__(self) -> Generator[Any, None, list[bytes | memoryview]]:
+        return self._coroutine.__await__()
+
+    def close(self) -> None:
+        self._coroutine.close()
+        event, watched = self._watching
+        for partition in watched:
+            partition.remove_waiter(event)
 
 
 async def _fetch(
@@ -306,16 +332,26 @@ async def _fetch(
     watching: _Watch | None,
 ) -> list[bytes | memoryview]:
     """The rest of `fetch`; `watching`: a first read found too little, its waiters set."""
+    # After a wake the new batches are most likely in memory: read them without awaits.
+    # (Not before the first wait: where there is none, `fetch` found that they are not.)
+    read_now = watching is not None
     while True:
         if watching is None:
-            topics, total, has_error = await _read_fetch(ctx, body, max_bytes, read_committed)
+            read = _read_fetch_now(ctx, body, max_bytes, read_committed) if read_now else None
+            if read is None:
+                read = await _read_fetch(ctx, body, max_bytes, read_committed)
+            topics, total, has_error = read
             if total >= body.min_bytes or has_error or trio.current_time() >= deadline:
                 break
             watching = _watch(ctx, body)
         woken = await _wait_for_data(watching, deadline)
         watching = None
+        read_now = True
         if not woken:
-            topics, total, has_error = await _read_fetch(ctx, body, max_bytes, read_committed)
+            read = _read_fetch_now(ctx, body, max_bytes, read_committed)
+            if read is None:
+                read = await _read_fetch(ctx, body, max_bytes, read_committed)
+            topics, total, has_error = read
             break
     return encode_fetch_response(header.correlation_id, header.api_version, topics)
 
