@@ -12,7 +12,7 @@
 
 Trees alternate run by run; each result is the median of the runs.
 
-    python -m compat.bench_produce_cpu [--runs N] [--out DIR] --tree A --tree B
+    streamgate bench run scenario:produce-cpu [--runs N] -- --tree A --tree B [--instructions]
 """
 
 from __future__ import annotations
@@ -31,6 +31,10 @@ from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))
+
+from compat.benchlib.scenario import RunOptions, scenario_args, standalone  # noqa: E402
+
 PERF_TEST = "kafka-producer-perf-test.sh"
 _PARTITIONS = 8
 _TOPIC = "produce-cpu"
@@ -210,69 +214,46 @@ def _medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return {key: round(statistics.median(r[key] for r in runs), 3) for key in runs[0]}
 
 
-def write_markdown(path: Path, report: dict[str, Any]) -> None:
-    lines = ["# bench produce-cpu", ""]
-    lines.append(f"{report['when']}, on {report['cpus']} CPUs; {report['runs']} runs per tree, ")
-    lines.append("alternating; medians (every run in the JSON beside this file).")
-    lines.append("")
-    lines.append(
-        "| tree | commit | perf-producer CPU ms/MB | MB/s | in-process loop ms/MB "
-        "| loop us/request | process ms/MB |"
-    )
-    lines.append("|---|---|---|---|---|---|---|")
-    for tree in report["trees"]:
-        p, i = tree["perf_producer"]["median"], tree["in_process"]["median"]
-        lines.append(
-            f"| {tree['label']} | `{tree['commit']}` | {p['cpu_ms_per_mb']} | {p['mb_per_s']} "
-            f"| {i['loop_ms_per_mb']} | {i['loop_us_per_request']} | {i['process_ms_per_mb']} |"
-        )
-    counted = [t for t in report["trees"] if "in_process_instructions" in t]
-    if counted:
-        lines += ["", "In-process instructions per request (valgrind callgrind Ir):", ""]
-        for tree in counted:
-            per = tree["in_process_instructions"]["instructions_per_request"]
-            lines.append(f"- {tree['label']}: {per:,}")
-    lines += ["", f"Command: `{report['command']}`", ""]
-    path.write_text("\n".join(lines))
+QUICK = ("--records", "20000", "--requests", "300")
 
 
-def main(argv: list[str] | None = None) -> int:
-    args_in = sys.argv[1:] if argv is None else argv
-    if args_in[:1] == ["--in-process-child"]:
-        _in_process_child(int(args_in[1]))
-        return 0
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tree", action="append", type=Path, required=True)
+    parser.add_argument(
+        "--tree", action="append", type=Path, help="a checkout (repeatable, default .)"
+    )
     parser.add_argument("--label", action="append", help="a name per tree (default: its path)")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--records", type=int, default=300_000)
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--requests", type=int, default=3000, help="in-process requests")
-    parser.add_argument("--out", type=Path, default=None)
     parser.add_argument(
         "--instructions",
         action="store_true",
         help="also count the in-process run's instructions per request (valgrind, slow)",
     )
-    args = parser.parse_args(args_in)
-    labels = args.label or [str(tree) for tree in args.tree]
+    return parser
+
+
+def run(options: RunOptions) -> dict[str, Any]:
+    """The scenario (compat.benchlib.scenario): every tree's medians and runs."""
+    args = scenario_args(build_parser(), options, quick=QUICK, runs="--runs")
+    trees = [tree.resolve() for tree in (args.tree or [REPO_ROOT])]
+    labels = args.label or [str(tree) for tree in trees]
     results: dict[int, dict[str, list[dict[str, Any]]]] = {
-        i: {"perf_producer": [], "in_process": []} for i in range(len(args.tree))
+        i: {"perf_producer": [], "in_process": []} for i in range(len(trees))
     }
-    for run, (i, tree) in itertools.product(range(args.runs), enumerate(args.tree)):
+    for run_index, (i, tree) in itertools.product(range(args.runs), enumerate(trees)):
         results[i]["in_process"].append(in_process_run(tree, args.requests))
         results[i]["perf_producer"].append(perf_producer_run(tree, args.records, args.size))
-        print(labels[i], run, results[i]["in_process"][-1], results[i]["perf_producer"][-1])
+        print(labels[i], run_index, results[i]["in_process"][-1], results[i]["perf_producer"][-1])
     counted: dict[int, dict[str, Any]] = {}
     if args.instructions:
-        for i, tree in enumerate(args.tree):
+        for i, tree in enumerate(trees):
             counted[i] = instructions_per_request(tree, 200, 600)
-            print(labels[i], counted[i])
-    report: dict[str, Any] = {
-        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "cpus": os.cpu_count(),
+    return {
+        "ok": True,
         "runs": args.runs,
-        "command": "python -m compat.bench_produce_cpu " + " ".join(args_in),
         "trees": [
             {
                 "label": labels[i],
@@ -283,15 +264,17 @@ def main(argv: list[str] | None = None) -> int:
                 },
                 **({"in_process_instructions": counted[i]} if i in counted else {}),
             }
-            for i, tree in enumerate(args.tree)
+            for i, tree in enumerate(trees)
         ],
     }
-    print(json.dumps(report, indent=2))
-    if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "produce-cpu.json").write_text(json.dumps(report, indent=2) + "\n")
-        write_markdown(args.out / "produce-cpu.md", report)
-    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args_in = sys.argv[1:] if argv is None else argv
+    if args_in[:1] == ["--in-process-child"]:
+        _in_process_child(int(args_in[1]))
+        return 0
+    return standalone("produce-cpu", args_in)
 
 
 if __name__ == "__main__":

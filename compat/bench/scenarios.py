@@ -149,6 +149,19 @@ SCENARIOS: dict[str, Scenario] = {
             ("durable append p50 ms", "fsync/median_of_runs/p50_ms", ".2f"),
         ),
     ),
+    "produce-cpu": Scenario(
+        "compat.bench_produce_cpu",
+        "the gateway's CPU per MB of Produce: Kafka's perf producer, and the append path alone",
+        (
+            ("perf-producer CPU ms/MB", "trees/-1/perf_producer/median/cpu_ms_per_mb", ".2f"),
+            ("append loop ms/MB", "trees/-1/in_process/median/loop_ms_per_mb", ".2f"),
+            (
+                "instructions/request",
+                "trees/-1/in_process_instructions/instructions_per_request",
+                ",d",
+            ),
+        ),
+    ),
     "read-ahead": Scenario(
         "compat.bench_read_ahead",
         "sequential consumers behind the tail: tier-1 read-ahead on against off, and Kafka",
