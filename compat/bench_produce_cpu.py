@@ -58,32 +58,23 @@ def _git_commit(tree: Path) -> str | None:
 
 def perf_producer_run(tree: Path, records: int, size: int) -> dict[str, Any]:
     """One fresh gateway from `tree`, a warm-up, then the measured perf-test run."""
-    sys.path.insert(0, str(REPO_ROOT))
-    from compat.benchlib.topics import create_topic
-    from harness.gateway import Gateway
+    from compat.benchlib.trees import tree_gateway
     from harness.kafka import run_tool
     from harness.procstats import proc_cpu_seconds
 
-    with tempfile.TemporaryDirectory(prefix="bench-produce-cpu-") as tmp:
-        gw = Gateway(Path(tmp) / "data", Path(tmp) / "gw.log", default_partitions=_PARTITIONS)
-        gw.cwd = tree  # `-m gateway` imports from the working directory: that tree's code
-        gw.start_fresh()
-        try:
-            create_topic(gw.bootstrap, _TOPIC, _PARTITIONS)
-            assert gw.pid is not None
+    with tree_gateway(tree, _TOPIC, _PARTITIONS) as gw:
+        assert gw.pid is not None
 
-            def perf(count: int) -> str:
-                args = ["--topic", _TOPIC, "--num-records", str(count), "--record-size"]
-                args += [str(size), "--throughput", "-1", "--producer-props"]
-                args += [f"bootstrap.servers={gw.bootstrap}", "acks=all"]
-                return run_tool(PERF_TEST, args, timeout=600, check=True).stdout
+        def perf(count: int) -> str:
+            args = ["--topic", _TOPIC, "--num-records", str(count), "--record-size"]
+            args += [str(size), "--throughput", "-1", "--producer-props"]
+            args += [f"bootstrap.servers={gw.bootstrap}", "acks=all"]
+            return run_tool(PERF_TEST, args, timeout=600, check=True).stdout
 
-            perf(max(records // 15, 1000))
-            before = proc_cpu_seconds(gw.pid)
-            out = perf(records)
-            after = proc_cpu_seconds(gw.pid)
-        finally:
-            gw.stop()
+        perf(max(records // 15, 1000))
+        before = proc_cpu_seconds(gw.pid)
+        out = perf(records)
+        after = proc_cpu_seconds(gw.pid)
     assert before is not None and after is not None
     summary = [line for line in out.splitlines() if "records sent" in line][-1]
     mb_per_s = float(summary.split("(")[1].split()[0])

@@ -45,7 +45,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from compat.benchlib.report import environment  # noqa: E402
 from compat.benchlib.scenario import RunOptions, scenario_args, standalone  # noqa: E402
-from compat.benchlib.topics import create_topic  # noqa: E402
+from compat.benchlib.trees import tree_gateway  # noqa: E402
 from harness.gateway import Gateway  # noqa: E402
 from harness.procstats import proc_cpu_seconds  # noqa: E402
 
@@ -273,18 +273,11 @@ def _fetch_empty_phase(gw: Gateway, args: argparse.Namespace) -> dict[str, Any]:
 
 def run_once(tree: Path, args: argparse.Namespace) -> dict[str, Any]:
     """One fresh gateway from `tree` and every phase against it."""
-    with tempfile.TemporaryDirectory(prefix="bench-request-cpu-") as tmp:
-        gw = Gateway(Path(tmp) / "data", Path(tmp) / "gw.log", default_partitions=_PARTITIONS)
-        gw.cwd = tree  # `-m gateway` imports from the working directory: that tree's code
-        gw.start_fresh()
-        try:
-            create_topic(gw.bootstrap, _TOPIC, _PARTITIONS)
-            linger0 = _produce_phase(gw, args, 0, args.rate0, tail=False)
-            linger1 = _produce_phase(gw, args, 1, args.rate, tail=False)
-            tail = _produce_phase(gw, args, 0, args.rate0, tail=True)
-            empty = _fetch_empty_phase(gw, args)
-        finally:
-            gw.stop()
+    with tree_gateway(tree, _TOPIC, _PARTITIONS) as gw:
+        linger0 = _produce_phase(gw, args, 0, args.rate0, tail=False)
+        linger1 = _produce_phase(gw, args, 1, args.rate, tail=False)
+        tail = _produce_phase(gw, args, 0, args.rate0, tail=True)
+        empty = _fetch_empty_phase(gw, args)
     # What the Fetches cost: the phase's CPU less its Produces at the cost measured alone.
     per_produce = linger0["cpu_ms_per_produce"]
     tail.pop("cpu_ms_per_produce")

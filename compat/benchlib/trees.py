@@ -4,12 +4,16 @@ rotates) so the machine's noise hits them alike; the summary is each figure's me
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
-from collections.abc import Callable, Sequence
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from compat.benchlib.topics import create_topic
+from harness.gateway import Gateway
 from harness.provenance import provenance
 
 Result = dict[str, Any]
@@ -44,3 +48,17 @@ def print_summary(results: dict[str, list[Result]], keys: Sequence[str]) -> None
         for tree, runs in results.items()
     }
     print(json.dumps({"summary": summary, "provenance": provenance()}, indent=1))
+
+
+@contextlib.contextmanager
+def tree_gateway(tree: Path, topic: str, partitions: int) -> Iterator[Gateway]:
+    """A fresh gateway running `tree`'s code, with `topic` created; stopped on leaving."""
+    with tempfile.TemporaryDirectory(prefix="bench-tree-gateway-") as tmp:
+        gw = Gateway(Path(tmp) / "data", Path(tmp) / "gw.log", default_partitions=partitions)
+        gw.cwd = tree  # `-m gateway` imports from the working directory: that tree's code
+        gw.start_fresh()
+        try:
+            create_topic(gw.bootstrap, topic, partitions)
+            yield gw
+        finally:
+            gw.stop()
