@@ -124,10 +124,15 @@ def test_serve_nodes_runs_three_nodes_on_an_embedded_postgres(cluster: NodesClus
 
 def test_a_topic_deleted_on_one_node_is_forgotten_by_the_others(cluster: NodesCluster) -> None:
     b1, b2, b3 = cluster.bootstraps
+    untouched = {i: _stream_dirs(cluster, i) for i in (1, 2, 3)}
     _create(b2, "gone", 2)
     for b in cluster.bootstraps:
         wait_until(lambda b=b: _topic_view(b, "gone") == (2, {2}), 30)
     _produce(b1, "gone", [f"old{n}" for n in range(50)])
+    # every node has opened the topic (a sync round adopts it; the metadata view above is
+    # read from the database, sooner): a node that never opened it has nothing to forget
+    for i in (1, 2, 3):
+        wait_until(lambda i=i: len(_stream_dirs(cluster, i) - untouched[i]) == 1, 30)
     before = {i: _stream_dirs(cluster, i) for i in (1, 2, 3)}
 
     # deleted through node 1, which does not lead it
