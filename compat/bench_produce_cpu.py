@@ -34,6 +34,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
 from compat.benchlib.scenario import RunOptions, scenario_args, standalone  # noqa: E402
+from compat.benchlib.trees import tree_commit  # noqa: E402
 
 PERF_TEST = "kafka-producer-perf-test.sh"
 _PARTITIONS = 8
@@ -41,19 +42,6 @@ _TOPIC = "produce-cpu"
 # Record batch v2 header: where the CRC sits, where the bytes it covers start, and the
 # base sequence.
 _CRC_AT, _CRC_FROM, _BASE_SEQUENCE_AT = 17, 21, 53
-
-
-def _git_commit(tree: Path) -> str | None:
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(tree), "rev-parse", "--short=9", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return out.stdout.strip() or None
 
 
 def perf_producer_run(tree: Path, records: int, size: int) -> dict[str, Any]:
@@ -248,7 +236,7 @@ def run(options: RunOptions) -> dict[str, Any]:
         "trees": [
             {
                 "label": labels[i],
-                "commit": _git_commit(tree),
+                "commit": tree_commit(tree),
                 **{
                     kind: {"median": _medians(runs), "runs": runs}
                     for kind, runs in results[i].items()

@@ -30,7 +30,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -45,7 +44,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from compat.benchlib.report import environment  # noqa: E402
 from compat.benchlib.scenario import RunOptions, scenario_args, standalone  # noqa: E402
-from compat.benchlib.trees import tree_gateway  # noqa: E402
+from compat.benchlib.trees import tree_commit, tree_gateway  # noqa: E402
 from harness.gateway import Gateway  # noqa: E402
 from harness.procstats import proc_cpu_seconds  # noqa: E402
 
@@ -331,17 +330,6 @@ def _label(tree: Path) -> str:
     return "this tree" if tree == REPO_ROOT else tree.name
 
 
-def _tree_commit(tree: Path) -> str | None:
-    """The tree's git commit, when it is a checkout (a `git archive` copy is not)."""
-    try:
-        done = subprocess.run(
-            ["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True, text=True
-        )
-    except OSError:
-        return None
-    return done.stdout.strip() or None if done.returncode == 0 else None
-
-
 def run(options: RunOptions) -> dict[str, Any]:
     args = scenario_args(build_parser(), options, quick=QUICK, runs="--runs")
     trees = [t.resolve() for t in (args.tree or [REPO_ROOT])]
@@ -363,7 +351,7 @@ def run(options: RunOptions) -> dict[str, Any]:
     for tree in map(str, trees):
         summary[_label(Path(tree))] = {
             "tree": tree,
-            "commit": _tree_commit(Path(tree)),
+            "commit": tree_commit(Path(tree)),
             **{
                 phase: {key: _median_of(runs[tree], phase, key) for key in keys}
                 for phase, keys in _SUMMARY_KEYS.items()

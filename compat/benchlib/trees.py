@@ -7,6 +7,7 @@ import argparse
 import contextlib
 import json
 import statistics
+import subprocess
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -62,3 +63,14 @@ def tree_gateway(tree: Path, topic: str, partitions: int) -> Iterator[Gateway]:
             yield gw
         finally:
             gw.stop()
+
+
+def tree_commit(tree: Path) -> str | None:
+    """The tree's git commit, when it is a checkout (a `git archive` copy is not)."""
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True, text=True
+        )
+    except OSError:
+        return None
+    return done.stdout.strip() or None if done.returncode == 0 else None

@@ -337,10 +337,9 @@ async def _fetch(
     read_now = watching is not None
     while True:
         if watching is None:
-            read = _read_fetch_now(ctx, body, max_bytes, read_committed) if read_now else None
-            if read is None:
-                read = await _read_fetch(ctx, body, max_bytes, read_committed)
-            topics, total, has_error = read
+            topics, total, has_error = await _read_preferring_memory(
+                ctx, body, max_bytes, read_committed, read_now
+            )
             if total >= body.min_bytes or has_error or trio.current_time() >= deadline:
                 break
             watching = _watch(ctx, body)
@@ -348,12 +347,19 @@ async def _fetch(
         watching = None
         read_now = True
         if not woken:
-            read = _read_fetch_now(ctx, body, max_bytes, read_committed)
-            if read is None:
-                read = await _read_fetch(ctx, body, max_bytes, read_committed)
-            topics, total, has_error = read
+            topics, total, has_error = await _read_preferring_memory(
+                ctx, body, max_bytes, read_committed, True
+            )
             break
     return encode_fetch_response(header.correlation_id, header.api_version, topics)
+
+
+async def _read_preferring_memory(
+    ctx: GatewayContext, body: Any, max_bytes: int, read_committed: bool, try_now: bool
+) -> _Read:
+    """`_read_fetch`, without an await where `try_now` and every batch is at hand."""
+    read = _read_fetch_now(ctx, body, max_bytes, read_committed) if try_now else None
+    return read if read is not None else await _read_fetch(ctx, body, max_bytes, read_committed)
 
 
 def _read_fetch_now(
