@@ -10,9 +10,11 @@ instead. This package imports no other package of the project.
 from __future__ import annotations
 
 from .modules import (
+    EXTENSIONS,
     MODULES,
     PURE_PYTHON_ENV,
     describe,
+    extension_usable,
     loaded_modules,
     pure_requested,
     stale_modules,
@@ -20,9 +22,11 @@ from .modules import (
 from .pure import install_pure_hook
 
 __all__ = [
+    "EXTENSIONS",
     "MODULES",
     "PURE_PYTHON_ENV",
     "describe",
+    "extension_usable",
     "install_pure_hook",
     "loaded_modules",
     "pure_requested",

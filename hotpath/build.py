@@ -20,7 +20,15 @@ import sysconfig
 import time
 from pathlib import Path
 
-from .modules import EXT_SUFFIX, MODULES, ROOT, compiled_path, stale_modules
+from .modules import (
+    EXT_SUFFIX,
+    EXTENSIONS,
+    MODULES,
+    ROOT,
+    compiled_path,
+    extension_built,
+    stale_modules,
+)
 
 _GROUP = "hotpath.native"  # the shared library: hotpath/native__mypyc.*.so
 
@@ -32,8 +40,13 @@ def built_files() -> list[Path]:
     return [path for path in found if path.exists()]
 
 
+def built_extensions() -> list[Path]:
+    """The C extensions' `.so` files a build leaves in the tree."""
+    return [path for path in map(compiled_path, EXTENSIONS) if path.exists()]
+
+
 def clean() -> None:
-    for path in built_files():
+    for path in built_files() + built_extensions():
         path.unlink()
     shutil.rmtree(ROOT / "build", ignore_errors=True)
 
@@ -50,12 +63,12 @@ def build(verbose: bool = False) -> bool:
         return False
     try:
         from mypyc.build import mypycify
-        from setuptools import setup  # type: ignore[import-untyped]
+        from setuptools import Extension, setup  # type: ignore[import-untyped]
     except ImportError as exc:
         print(f"hotpath: mypyc or setuptools missing ({exc.name}); running in pure Python")
         return False
     started = time.monotonic()
-    for path in built_files():  # a failed build must not leave an older one loaded
+    for path in built_files() + built_extensions():  # no older build left loaded on failure
         path.unlink()
     previous = os.getcwd()
     os.chdir(ROOT)  # mypyc writes its C sources under ./build
@@ -64,7 +77,13 @@ def build(verbose: bool = False) -> bool:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
             setup(
                 name="streamgate-hotpath",
-                ext_modules=mypycify(_sources(), opt_level="3", debug_level="0", group_name=_GROUP),
+                ext_modules=[
+                    *mypycify(_sources(), opt_level="3", debug_level="0", group_name=_GROUP),
+                    *(
+                        Extension(name, [source], extra_compile_args=["-O2"])
+                        for name, source in EXTENSIONS.items()
+                    ),
+                ],
                 script_args=["build_ext", "--inplace", "--build-temp", "build/temp"],
             )
     except (Exception, SystemExit) as exc:
@@ -78,11 +97,12 @@ def build(verbose: bool = False) -> bool:
         print(out.getvalue(), file=sys.stderr)
     # build_ext copies unchanged per-module stubs with their old times: stamp them now, or
     # the staleness check would take a fresh build for an old one
-    for path in built_files():
+    for path in built_files() + built_extensions():
         os.utime(path)
-    size = sum(path.stat().st_size for path in built_files())
+    size = sum(path.stat().st_size for path in built_files() + built_extensions())
     print(
-        f"hotpath: compiled {len(MODULES)} modules in {time.monotonic() - started:.0f} s "
+        f"hotpath: compiled {len(MODULES)} modules and {len(EXTENSIONS)} C extension(s) "
+        f"in {time.monotonic() - started:.0f} s "
         f"({size / 1e6:.1f} MB of .so)"
     )
     return True
@@ -99,7 +119,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.clean:
         clean()
         return 0
-    if args.if_needed and len(built_files()) == len(MODULES) + 1 and not stale_modules():
+    if (
+        args.if_needed
+        and len(built_files()) == len(MODULES) + 1
+        and not stale_modules()
+        and all(map(extension_built, EXTENSIONS))
+    ):
         return 0
     build(args.verbose)
     return 0

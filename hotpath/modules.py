@@ -21,6 +21,11 @@ MODULES: tuple[str, ...] = (
     "core.recordbatch",
     "core.gathered_io",
 )
+# Extensions written in C, each with a Python module that falls back without it: the
+# segment logs' durable writes in native threads that never take the GIL.
+EXTENSIONS: dict[str, str] = {
+    "core.segments._durable_writer": "core/segments/durable_writer.c",
+}
 
 PURE_PYTHON_ENV = "STREAMGATE_PURE_PYTHON"
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,6 +43,20 @@ def source_path(name: str) -> Path:
 
 def compiled_path(name: str) -> Path:
     return ROOT / (name.replace(".", "/") + EXT_SUFFIX)
+
+
+def extension_built(name: str) -> bool:
+    """Whether the C extension `name` is built and not older than its source."""
+    try:
+        return compiled_path(name).stat().st_mtime >= (ROOT / EXTENSIONS[name]).stat().st_mtime
+    except FileNotFoundError:
+        return False
+
+
+def extension_usable(name: str) -> bool:
+    """Whether the C extension `name` may be loaded: built, current, and
+    STREAMGATE_PURE_PYTHON not set."""
+    return not pure_requested() and extension_built(name)
 
 
 def stale_modules() -> list[str]:
@@ -70,8 +89,9 @@ def describe() -> str:
     loaded = loaded_modules()
     compiled = sorted(name for name, is_compiled in loaded.items() if is_compiled)
     pure = sorted(name for name, is_compiled in loaded.items() if not is_compiled)
+    native = sorted(name for name in EXTENSIONS if name in sys.modules)
     if compiled and not pure:
-        return f"hot path compiled ({', '.join(compiled)})"
+        return f"hot path compiled ({', '.join(compiled + native)})"
     if compiled:
         return f"hot path mixed: compiled {', '.join(compiled)}; pure Python {', '.join(pure)}"
     if pure_requested():
