@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -253,6 +254,11 @@ class Store(Protocol):
     async def finish_reads(self, pending: Sequence[PendingRead]) -> list[ReadResult]:
         """The results of reads planned by `Topic.plan_read` (of any topics), in order,
         their bytes read in one worker-thread hop."""
+        ...
+
+    def appends_sent_together(self) -> AbstractContextManager[None]:
+        """A context for one request's appends: each log they went to writes them as it
+        ends, in one write, with no pass through its flusher task."""
         ...
 
     def finish_reads_now(self, pending: Sequence[PendingRead]) -> list[ReadResult] | None:

@@ -12,6 +12,7 @@ import os
 import shutil
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 import trio
@@ -34,7 +35,7 @@ from .scaling.placement import least_loaded_other, place_segments
 from .scaling.plan import ScaleError, split_range
 from .scaling.policy import Decision
 from .scaling.scaler import RateMeter, run_scaler
-from .segments.log import SegmentLog
+from .segments.log import SegmentLog, appends_sent_together
 from .segments.objectstore import ObjectStore, open_object_store
 from .stream import Stream, reads
 from .stream.handover import MoveTimings, hand_over
@@ -613,6 +614,9 @@ class StreamStore:
 
     async def allocate_producer_id(self) -> int:
         return await self.worker.call(self.metadata.next_counter, "producer_id")
+
+    def appends_sent_together(self) -> AbstractContextManager[None]:
+        return appends_sent_together()
 
     def finish_reads_now(self, pending: Sequence[PendingRead]) -> list[ReadResult] | None:
         planned = [p for p in pending if isinstance(p, reads.LocalRead)]

@@ -10,12 +10,8 @@ hot path (`python -m hotpath.build`); without the build, or with STREAMGATE_PURE
 
 from __future__ import annotations
 
-import contextlib
 import os
-from collections.abc import Sequence
 from types import ModuleType
-
-import trio
 
 from hotpath import extension_usable
 
@@ -44,25 +40,3 @@ class WakeFd:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
-
-
-async def write_durably(
-    native: ModuleType,
-    wake: WakeFd,
-    fd: int,
-    buffers: Sequence[bytes | bytearray | memoryview],
-    position: int,
-) -> float:
-    """Write `buffers` at `position` of `fd` and make them durable in a native thread;
-    return the seconds it took there, or raise its OSError. Not cancellable once started
-    (the thread holds the buffers), like the flush threads' `run_sync`."""
-    await trio.lowlevel.checkpoint_if_cancelled()
-    write = native.submit(fd, buffers, position, wake.fd)
-    with trio.CancelScope(shield=True):
-        while not write.done:
-            # A bump left by an earlier write (seen done before its bump) only costs a pass.
-            await trio.lowlevel.wait_readable(wake.fd)
-            with contextlib.suppress(BlockingIOError):
-                os.eventfd_read(wake.fd)
-    seconds: float = write.result()
-    return seconds

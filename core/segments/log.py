@@ -26,6 +26,7 @@ import bisect
 import contextlib
 import errno
 import logging
+import math
 import os
 import struct
 import threading
@@ -33,7 +34,8 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from types import ModuleType
+from typing import Any, Protocol
 
 import crc32c
 import trio
@@ -59,6 +61,9 @@ DEFAULT_ROLL_AGE_S = 5.0
 # more groups / seconds before handing back to the loop (which decides rolls).
 _PIPELINE_GROUPS = 16
 _PIPELINE_S = 0.05
+# Native writes into the open file at once: the next group goes out while the previous
+# one syncs (the file system commits them together) instead of queueing behind it.
+_NATIVE_IN_FLIGHT = 2
 
 
 # Recently fsync'd batches stay in memory (all logs together up to this many bytes, oldest
@@ -201,10 +206,44 @@ class PendingAppend:
 
 
 @dataclass(slots=True)
+class _InFlight:
+    """A group handed to a native thread, not yet seen done."""
+
+    write: Any  # durable_writer's Write
+    buffers: list[bytes | bytearray | memoryview]
+    batch: list[PendingAppend]
+    start: int
+    file: LogFile
+
+
+@dataclass(slots=True)
 class ReplayedEntry:
     partition: int
     position: int
     batch: bytes
+
+
+# The logs appended to inside `appends_sent_together`, sent as it ends (None outside it).
+_sent_at_end: list[SegmentLog] | None = None
+
+
+@contextlib.contextmanager
+def appends_sent_together() -> Iterator[None]:
+    """Appends made inside (synchronous code: one request's) go to the native writer as it
+    ends, one write per log, without waking the flusher task: a task switch and the wait
+    for the loop to reach that task saved per group commit."""
+    global _sent_at_end
+    if _sent_at_end is not None:  # nested: the outermost sends
+        yield
+        return
+    logs: list[SegmentLog] = []
+    _sent_at_end = logs
+    try:
+        yield
+    finally:
+        _sent_at_end = None
+        for log in logs:
+            log._send_now()
 
 
 def log_file_name(segment_id: int, base: int) -> str:
@@ -305,7 +344,12 @@ class SegmentLog:
         self.drained = trio.Event()  # set when the flusher has returned
         self.drain_failed = False
         self._flusher_running = False
-        self._wake: durable_writer.WakeFd | None = None  # the native writes' eventfd
+        # Native writes (durable_writer): the eventfd their threads bump, the writes in
+        # flight (oldest first), and whether the flusher waits on that eventfd now.
+        self._wake: durable_writer.WakeFd | None = None
+        self._in_flight: deque[_InFlight] = deque()
+        self._flusher_on_wake = False
+        self._send_at_end = False  # listed to send when `appends_sent_together` ends
         # position -> batch bytes of recently durable entries (see _RecentBatches)
         self._recent: dict[int, bytes | bytearray | memoryview] = {}
 
@@ -369,7 +413,12 @@ class SegmentLog:
         with self._queue_lock:
             self._queued_buffers += (header, batch)
             self._queued.append(pending)
-        self._work.set()
+        if _sent_at_end is not None and self._may_send_now():
+            if not self._send_at_end:  # (sent by `appends_sent_together` as it ends)
+                self._send_at_end = True
+                _sent_at_end.append(self)
+        else:
+            self._wake_flusher()
         return pending
 
     @property
@@ -427,10 +476,15 @@ class SegmentLog:
                 await self._flush_until_closed()
                 nursery.cancel_scope.cancel()
         finally:
-            if self._wake is not None:  # its writes all waited for (shielded)
+            self._flusher_running = False
+            if self._in_flight:  # cancelled while idle, after a request sent a write
+                with trio.CancelScope(shield=True):
+                    while not all(w.write.done for w in self._in_flight):
+                        await self._wait_for_wake()
+                self._in_flight.clear()
+            if self._wake is not None:
                 self._wake.close()
                 self._wake = None
-            self._flusher_running = False
             self.drained.set()
 
     async def _watch_roll_age(self) -> None:
@@ -446,7 +500,7 @@ class SegmentLog:
                 if trio.current_time() < due:
                     await trio.sleep_until(due)
                     continue
-                self._work.set()  # due: rolled at the flusher's next pass
+                self._wake_flusher()  # due: rolled at the flusher's next pass
             # Nothing to watch (or just signalled): a file opened during this sleep is due
             # after it ends, so the check above still finds it in time.
             await trio.sleep(self.roll_age_s)
@@ -474,41 +528,47 @@ class SegmentLog:
     def request_roll(self) -> None:
         """Roll the active file at the flusher's next chance (e.g. before a shutdown)."""
         self._roll_requested = True
-        self._work.set()
+        self._wake_flusher()
 
     async def _flush_until_closed(self) -> None:
+        in_flight = self._in_flight
         while True:
+            if in_flight:
+                await self._next_native_step(in_flight)
+                continue
             if self._roll_due():
                 self._roll()
+            active = self._active
+            native = durable_writer.NATIVE
             if not self._queued:
                 if self.closed:
                     if self.sealed:  # a sealed log is complete: its last file is a chunk
                         self._roll()
                     return
-                await self._work.wait()  # (a roll by age: `_watch_roll_age` sets it)
-                self._work = trio.Event()
+                if native is not None and active is not None and self._wake is not None:
+                    # Appends into the open file go out as their request ends (`_send_now`):
+                    # wait where that write's thread wakes this task, the roll and close
+                    # signals too. (The eventfd is made by the log's first native write: a
+                    # log never written since the start holds none.)
+                    self._flusher_on_wake = True
+                    try:
+                        await self._wait_for_wake()
+                    finally:
+                        self._flusher_on_wake = False
+                else:
+                    await self._work.wait()  # (a roll by age: `_watch_roll_age` sets it)
+                    self._work = trio.Event()
+                continue
+            if active is not None and native is not None:
+                # Into the open file: native threads, no GIL hand-offs. (A new file's
+                # creation and its directory's fsync stay with the flush threads.)
+                await trio.lowlevel.checkpoint_if_cancelled()
+                self._submit_native(native, active, in_flight)
                 continue
             with self._queue_lock:
                 buffers, batch = self._queued_buffers, self._queued
                 self._queued_buffers, self._queued = [], []
             start = self.durable_size
-            active = self._active
-            if active is not None and durable_writer.NATIVE is not None:
-                # Into the open file: a native thread, no GIL hand-offs. (A new file's
-                # creation and its directory's fsync stay with the flush threads.)
-                if self._wake is None:
-                    self._wake = durable_writer.WakeFd()
-                try:
-                    seconds = await durable_writer.write_durably(
-                        durable_writer.NATIVE, self._wake, active.fd, buffers, start - active.base
-                    )
-                except OSError as exc:
-                    self._group_failed(start, batch, exc)
-                else:
-                    COMMIT_TIMES.observe(seconds)
-                    self._group_durable(buffers, batch, active, False)
-                del buffers, batch
-                continue
             try:
                 last = await FLUSH_THREADS.run_sync(
                     self._write_groups,
@@ -527,6 +587,106 @@ class SegmentLog:
             # would keep its last group's batches and appends alive until its next write
             # (~95,000 of each over 100 topics written once each, ~150 MiB).
             del buffers, batch
+
+    def _wake_flusher(self) -> None:
+        """Signal the flusher (new work, a roll, a close) wherever it waits."""
+        if self._flusher_on_wake:
+            self._flusher_on_wake = False
+            assert self._wake is not None
+            os.eventfd_write(self._wake.fd, 1)
+        else:
+            self._work.set()
+
+    def _may_send_now(self) -> bool:
+        """Whether what is queued may go to a native thread from here, without the flusher:
+        room in flight, into the open file, no roll due."""
+        in_flight = self._in_flight
+        active = self._active
+        return (
+            durable_writer.NATIVE is not None
+            and self._wake is not None
+            and self._flusher_running
+            and not self.closed
+            and len(in_flight) < _NATIVE_IN_FLIGHT
+            and active is not None
+            and (not in_flight or in_flight[0].file is active)
+            and not self._roll_due()
+        )
+
+    def _send_now(self) -> None:
+        """At the end of a request's appends: send them, or leave them to the flusher."""
+        self._send_at_end = False
+        native = durable_writer.NATIVE
+        if self._queued and native is not None and self._may_send_now():
+            assert self._active is not None
+            self._submit_native(native, self._active, self._in_flight)
+            if not self._flusher_on_wake:  # else the write's end wakes it: no signal
+                self._work.set()
+            return
+        self._wake_flusher()
+
+    def _submit_native(
+        self, native: ModuleType, active: LogFile, in_flight: deque[_InFlight]
+    ) -> None:
+        """Hand what is queued to a native thread, behind the writes in flight."""
+        with self._queue_lock:
+            buffers, batch = self._queued_buffers, self._queued
+            self._queued_buffers, self._queued = [], []
+        start = in_flight[-1].batch[-1].end if in_flight else self.durable_size
+        if self._wake is None:
+            self._wake = durable_writer.WakeFd()
+        write = native.submit(active.fd, buffers, start - active.base, self._wake.fd)
+        in_flight.append(_InFlight(write, buffers, batch, start, active))
+
+    async def _next_native_step(self, in_flight: deque[_InFlight]) -> None:
+        """Finish the oldest write if it is done, else send what was queued meanwhile (at
+        most `_NATIVE_IN_FLIGHT` writes at once, none across a roll or once cancelled),
+        else wait for a write or an append. The threads hold the buffers: every wait here
+        is shielded, and a cancellation takes effect once the writes are all done."""
+        head = in_flight[0]
+        if head.write.done:
+            in_flight.popleft()
+            try:
+                seconds = head.write.result()
+            except OSError as exc:
+                with trio.CancelScope(shield=True):  # (they may end in any order)
+                    while not all(later.write.done for later in in_flight):
+                        await self._wait_for_wake()
+                failed = head.batch + [pending for w in in_flight for pending in w.batch]
+                for later in in_flight:
+                    with contextlib.suppress(OSError):
+                        later.write.result()
+                in_flight.clear()
+                self._group_failed(head.start, failed, exc)
+                return
+            COMMIT_TIMES.observe(seconds)
+            self._group_durable(head.buffers, head.batch, head.file, False)
+            return
+        native = durable_writer.NATIVE
+        room = len(in_flight) < _NATIVE_IN_FLIGHT
+        if (
+            room
+            and self._queued
+            and native is not None
+            and self._active is head.file
+            and not self._roll_due()
+            and trio.current_effective_deadline() != -math.inf  # (-inf: cancelled)
+        ):
+            self._submit_native(native, head.file, in_flight)
+            return
+        self._flusher_on_wake = room  # with room, a signal (an append) may send another
+        try:
+            with trio.CancelScope(shield=True):
+                await self._wait_for_wake()
+        finally:
+            self._flusher_on_wake = False
+
+    async def _wait_for_wake(self) -> None:
+        assert self._wake is not None
+        await trio.lowlevel.wait_readable(self._wake.fd)
+        # A bump for a write already seen done only costs a pass.
+        with contextlib.suppress(BlockingIOError):
+            os.eventfd_read(self._wake.fd)
 
     def _group_failed(self, start: int, batch: list[PendingAppend], exc: OSError) -> None:
         """On the loop: a group's write failed; fail it and everything queued after it."""
@@ -709,14 +869,14 @@ class SegmentLog:
     def seal(self) -> None:
         """Refuse further appends; the flusher drains the queue, rolls and returns."""
         self.closed = self.sealed = True
-        self._work.set()
+        self._wake_flusher()
 
     def close(self) -> None:
         """Refuse appends and stop the flusher (after it drains). A sealed log whose flusher
         has already returned (or never ran) releases its files at once."""
         self.closed = True
         self.sealed = False
-        self._work.set()
+        self._wake_flusher()
         if not self._flusher_running:
             self.release()
 

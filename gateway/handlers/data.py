@@ -49,9 +49,23 @@ def produce(
     are appended in the order they were sent, whatever order their tasks later run in.
     """
     acks = body.acks
-    txn_id = body.transactional_id
     started: dict[tuple[str, int], AppendResult | PendingAppend] = {}
     extras: dict[tuple[str, int], Rewritten] = {}
+    with ctx.store.appends_sent_together():
+        _start_appends(ctx, header, body, started, extras)
+    return ProduceOutcome(body, acks, started, extras)
+
+
+def _start_appends(
+    ctx: GatewayContext,
+    header: RequestHeader,
+    body: Any,
+    started: dict[tuple[str, int], AppendResult | PendingAppend],
+    extras: dict[tuple[str, int], Rewritten],
+) -> None:
+    """`produce`'s appends, partition by partition, each result into `started`."""
+    acks = body.acks
+    txn_id = body.transactional_id
     for topic in body.topic_data:
         stream: Topic | None = None
         error: int = ErrorCode.NONE
@@ -104,7 +118,6 @@ def produce(
                 started[key] = stream.start_append(
                     part.index, records, acks or -1, transactional=txn_id is not None
                 )
-    return ProduceOutcome(body, acks, started, extras)
 
 
 def _check_transactional(

@@ -5,22 +5,41 @@ threads."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import pytest
 import trio
 
 import hotpath
 from core.segments import durable_writer
-from core.segments.durable_writer import WakeFd, write_durably
+from core.segments.durable_writer import WakeFd
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+async def write_durably(
+    native: ModuleType, wake: WakeFd, fd: int, buffers: Sequence[Any], position: int
+) -> float:
+    """One write, waited for as the segment log's flusher does."""
+    write = native.submit(fd, buffers, position, wake.fd)
+    while not write.done:
+        await trio.lowlevel.wait_readable(wake.fd)
+        with contextlib.suppress(BlockingIOError):
+            os.eventfd_read(wake.fd)
+    seconds: float = write.result()
+    return seconds
+
+
 NATIVE = durable_writer.NATIVE
 needs_native = pytest.mark.skipif(
     NATIVE is None, reason="the C extension is not built here (make compiled)"
@@ -76,15 +95,22 @@ def test_a_file_size_limit_fails_the_write_with_efbig(tmp_path: Path) -> None:
     in a child process, under RLIMIT_FSIZE, a write past it fails with EFBIG."""
     code = textwrap.dedent(
         f"""
-        import errno, os, resource, trio
+        import errno, os, resource, time
         from core.segments import durable_writer
-        from core.segments.durable_writer import WakeFd, write_durably
+        from core.segments.durable_writer import WakeFd
         resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.RLIM_INFINITY))
         fd = os.open({str(tmp_path / "limited")!r}, os.O_RDWR | os.O_CREAT, 0o644)
         wake = WakeFd()
-        trio.run(write_durably, durable_writer.NATIVE, wake, fd, [b"a" * 3000], 0)
+
+        def write(data, position):
+            write = durable_writer.NATIVE.submit(fd, [data], position, wake.fd)
+            while not write.done:
+                time.sleep(0.001)
+            return write.result()
+
+        write(b"a" * 3000, 0)
         try:
-            trio.run(write_durably, durable_writer.NATIVE, wake, fd, [b"b" * 3000], 3000)
+            write(b"b" * 3000, 3000)
         except OSError as exc:
             print("errno", exc.errno == errno.EFBIG, os.fstat(fd).st_size)
         """

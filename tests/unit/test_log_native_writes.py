@@ -1,0 +1,199 @@
+"""The segment log's flusher with two native writes in flight: groups become durable in log
+order whichever write finishes first, and a failed write fails the group after it too (even
+one that was written), cuts the file back to where it started, and replay finds only what
+was reported durable.
+
+The native module is replaced by one whose writes the test finishes, in the order it picks
+(the real one's ordering is the kernel's); what they write goes to the file for real.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from core.segments import durable_writer
+from core.segments import log as seglog
+from core.segments.log import PendingAppend, SegmentLog
+
+
+class _Write:
+    def __init__(self, wake_fd: int, error: int) -> None:
+        self.wake_fd = os.dup(wake_fd)
+        self.error = error
+        self.done = False
+
+    def finish(self) -> None:
+        self.done = True
+        os.eventfd_write(self.wake_fd, 1)
+        os.close(self.wake_fd)
+
+    def result(self) -> float:
+        if self.error:
+            raise OSError(self.error, os.strerror(self.error))
+        return 0.001
+
+
+class _HeldWrites:
+    """Writes the bytes at once, reports done only when the test says."""
+
+    def __init__(self, fail: set[int]) -> None:
+        self.fail = fail  # numbers of the writes that fail (nothing written)
+        self.writes: list[_Write] = []
+
+    def submit(self, fd: int, buffers: list[Any], position: int, wake_fd: int) -> _Write:
+        number = len(self.writes)
+        if number not in self.fail:
+            os.pwritev(fd, buffers, position)
+        write = _Write(wake_fd, errno.EIO if number in self.fail else 0)
+        self.writes.append(write)
+        return write
+
+
+def _open_log(path: Path, durable: list[PendingAppend], failed: list[PendingAppend]) -> SegmentLog:
+    return SegmentLog(
+        str(path),
+        3,
+        durable.extend,
+        lambda appends, exc: failed.extend(appends),
+    )
+
+
+def _replayed(path: Path) -> list[bytes]:
+    bases = [p[1] for n in os.listdir(path) if (p := seglog.parse_log_file_name(n)) is not None]
+    log = SegmentLog(str(path), 3, lambda a: None, lambda f, e: None, existing_bases=bases)
+    try:
+        return [bytes(entry.batch) for entry in log.replay()]
+    finally:
+        log.release()
+
+
+def _run(path: Path, fake: _HeldWrites, script: Any, monkeypatch: Any) -> SegmentLog:
+    monkeypatch.setattr(durable_writer, "NATIVE", fake)
+    durable: list[PendingAppend] = []
+    failed: list[PendingAppend] = []
+    log = _open_log(path, durable, failed)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(log.run_flusher)
+            await script(log, durable, failed)
+            log.close()
+        await log.drained.wait()
+
+    trio.run(main)
+    log.release()
+    return log
+
+
+async def _until(condition: Any) -> None:
+    with trio.fail_after(5):
+        while not condition():
+            await trio.sleep(0.001)
+
+
+async def _kept_then_two_in_flight(
+    log: SegmentLog, durable: list, fake: _HeldWrites, first: bytes, second: bytes
+) -> None:
+    """`kept` durable (a new file), then `first` and `second` each in a native write."""
+    log.append(0, b"kept", None)
+    await _until(lambda: len(durable) == 1)
+    log.append(0, first, None)
+    await _until(lambda: len(fake.writes) == 1)
+    log.append(0, second, None)  # sent while the first is in flight
+    await _until(lambda: len(fake.writes) == 2)
+
+
+def test_groups_are_durable_in_log_order_whichever_write_ends_first(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    fake = _HeldWrites(fail=set())
+
+    async def script(log: SegmentLog, durable: list, failed: list) -> None:
+        log.append(0, b"first", None)  # a new file: the flush threads write it
+        await _until(lambda: len(durable) == 1)
+        log.append(0, b"second", None)
+        await _until(lambda: len(fake.writes) == 1)
+        log.append(1, b"third", None)  # sent while the second is in flight
+        await _until(lambda: len(fake.writes) == 2)
+        fake.writes[1].finish()
+        await trio.sleep(0.05)
+        assert len(durable) == 1  # the third waits for the second
+        fake.writes[0].finish()
+        await _until(lambda: len(durable) == 3)
+        assert [p.position for p in durable] == sorted(p.position for p in durable)
+        assert not failed
+
+    _run(tmp_path, fake, script, monkeypatch)
+    assert _replayed(tmp_path) == [b"first", b"second", b"third"]
+
+
+def test_a_failed_write_fails_the_one_after_it_and_cuts_the_file(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    fake = _HeldWrites(fail={0})
+
+    async def script(log: SegmentLog, durable: list, failed: list) -> None:
+        # lost-b is written to the file, but after a failed write
+        await _kept_then_two_in_flight(log, durable, fake, b"lost-a", b"lost-b")
+        fake.writes[1].finish()
+        fake.writes[0].finish()
+        await _until(lambda: len(failed) == 2)
+        assert len(durable) == 1
+        assert log.durable_size == log.logical_size == durable[0].end
+        log.append(0, b"after", None)
+        await _until(lambda: len(fake.writes) == 3)
+        fake.writes[2].finish()
+        await _until(lambda: len(durable) == 2)
+
+    _run(tmp_path, fake, script, monkeypatch)
+    assert _replayed(tmp_path) == [b"kept", b"after"]
+
+
+def test_one_requests_appends_go_out_together_as_it_ends(tmp_path: Path, monkeypatch: Any) -> None:
+    fake = _HeldWrites(fail=set())
+
+    async def script(log: SegmentLog, durable: list, failed: list) -> None:
+        log.append(0, b"first", None)  # a new file, by a flush thread
+        await _until(lambda: len(durable) == 1)
+        log.append(0, b"second", None)  # the log's first native write, by the flusher
+        await _until(lambda: len(fake.writes) == 1)
+        fake.writes[0].finish()
+        await _until(lambda: len(durable) == 2)
+        with seglog.appends_sent_together():
+            log.append(0, b"a", None)
+            log.append(1, b"b", None)
+            assert len(fake.writes) == 1  # nothing sent before the request's end
+        assert len(fake.writes) == 2  # sent as it ended, by the appending task
+        fake.writes[1].finish()
+        await _until(lambda: len(durable) == 4)
+
+    _run(tmp_path, fake, script, monkeypatch)
+    assert _replayed(tmp_path) == [b"first", b"second", b"a", b"b"]
+
+
+def test_a_failure_waits_for_every_later_write_whatever_order_they_end_in(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    fake = _HeldWrites(fail={0})
+
+    async def script(log: SegmentLog, durable: list, failed: list) -> None:
+        await _kept_then_two_in_flight(log, durable, fake, b"x", b"y")
+        fake.writes[0].finish()  # fails: the flusher now waits for the writes after it
+        await trio.sleep(0.05)
+        with seglog.appends_sent_together():  # a request meanwhile: a third write
+            log.append(0, b"z", None)
+        assert len(fake.writes) == 3
+        fake.writes[2].finish()
+        await trio.sleep(0.05)
+        assert not failed  # the second is still being written: the file is not cut yet
+        fake.writes[1].finish()
+        await _until(lambda: len(failed) == 3)
+        assert len(durable) == 1 and log.durable_size == log.logical_size == durable[0].end
+
+    _run(tmp_path, fake, script, monkeypatch)
+    assert _replayed(tmp_path) == [b"kept"]
