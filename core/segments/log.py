@@ -349,6 +349,7 @@ class SegmentLog:
         self._wake: durable_writer.WakeFd | None = None
         self._in_flight: deque[_InFlight] = deque()
         self._flusher_on_wake = False
+        self._thread_writing = False  # a flush thread writes (and takes from the queue)
         self._send_at_end = False  # listed to send when `appends_sent_together` ends
         # position -> batch bytes of recently durable entries (see _RecentBatches)
         self._recent: dict[int, bytes | bytearray | memoryview] = {}
@@ -569,6 +570,9 @@ class SegmentLog:
                 buffers, batch = self._queued_buffers, self._queued
                 self._queued_buffers, self._queued = [], []
             start = self.durable_size
+            # The thread goes on with what is queued after each group it reports (a new
+            # file among them): nothing may be sent natively meanwhile (`_may_send_now`).
+            self._thread_writing = True
             try:
                 last = await FLUSH_THREADS.run_sync(
                     self._write_groups,
@@ -583,6 +587,8 @@ class SegmentLog:
             else:
                 self._group_durable(*last)
                 del last
+            finally:
+                self._thread_writing = False
             # Drop the flushed group before waiting for the next: held here, an idle segment
             # would keep its last group's batches and appends alive until its next write
             # (~95,000 of each over 100 topics written once each, ~150 MiB).
@@ -606,6 +612,7 @@ class SegmentLog:
             durable_writer.NATIVE is not None
             and self._wake is not None
             and self._flusher_running
+            and not self._thread_writing
             and not self.closed
             and len(in_flight) < _NATIVE_IN_FLIGHT
             and active is not None

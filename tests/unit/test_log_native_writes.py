@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +42,9 @@ class _Write:
 class _HeldWrites:
     """Writes the bytes at once, reports done only when the test says."""
 
-    def __init__(self, fail: set[int]) -> None:
+    def __init__(self, fail: set[int], ended_at_once: bool = False) -> None:
         self.fail = fail  # numbers of the writes that fail (nothing written)
+        self.ended_at_once = ended_at_once
         self.writes: list[_Write] = []
 
     def submit(self, fd: int, buffers: list[Any], position: int, wake_fd: int) -> _Write:
@@ -51,6 +53,8 @@ class _HeldWrites:
             os.pwritev(fd, buffers, position)
         write = _Write(wake_fd, errno.EIO if number in self.fail else 0)
         self.writes.append(write)
+        if self.ended_at_once:
+            write.finish()
         return write
 
 
@@ -197,3 +201,40 @@ def test_a_failure_waits_for_every_later_write_whatever_order_they_end_in(
 
     _run(tmp_path, fake, script, monkeypatch)
     assert _replayed(tmp_path) == [b"kept"]
+
+
+def test_nothing_is_sent_natively_while_a_flush_thread_writes(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """A flush thread that made a new file (after a roll) goes on with what was queued after
+    each group it reports; a request ending meanwhile must leave its appends queued, not
+    write them where the thread is writing."""
+    fake = _HeldWrites(fail=set(), ended_at_once=True)
+    real = seglog._write_durably
+    slow = [False]
+
+    def write(fd: int, buffers: Any, position: int) -> None:
+        if slow[0]:
+            time.sleep(0.05)
+        real(fd, buffers, position)
+
+    monkeypatch.setattr(seglog, "_write_durably", write)
+    monkeypatch.setattr(seglog, "_PIPELINE_S", 5.0)  # the thread goes on for seconds
+
+    async def script(log: SegmentLog, durable: list, failed: list) -> None:
+        log.append(0, b"A", None)  # a new file: a flush thread
+        await _until(lambda: len(durable) == 1)
+        log.append(0, b"B", None)  # a native write: the log's eventfd exists from here
+        await _until(lambda: len(durable) == 2)
+        log.request_roll()
+        slow[0] = True
+        log.append(0, b"D" * 10, None)  # after the roll, a new file: a flush thread, slowly
+        await trio.sleep(0.01)
+        log.append(0, b"E" * 10, None)  # the thread takes it after D
+        await _until(lambda: len(durable) == 3)  # D reported; the thread writes E now
+        with seglog.appends_sent_together():
+            log.append(0, b"C" * 10, None)
+        await _until(lambda: len(durable) == 5)
+
+    _run(tmp_path, fake, script, monkeypatch)
+    assert _replayed(tmp_path) == [b"A", b"B", b"D" * 10, b"E" * 10, b"C" * 10]
