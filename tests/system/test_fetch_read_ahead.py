@@ -102,10 +102,11 @@ def test_consumers_behind_the_tail_get_every_record_in_order(gateway, topic) -> 
     _produce(gateway.bootstrap, topic)  # about 2 MB: 60 times the recent-batch memory
     expected = _expected()
     assert _confluent_read(gateway.bootstrap, topic) == expected
-    hits = _read_ahead_hits(gateway)
-    assert hits > 0  # its Fetches were answered from read-ahead memory
     assert _kafka_python_read(gateway.bootstrap, topic) == expected
-    assert _read_ahead_hits(gateway) > hits
+    # Fetches were answered from read-ahead memory. (Not asserted per client: on a loaded
+    # machine a reader's next Fetch can beat every background read of one pass, and the
+    # budget here is small, so one of the two may see none.)
+    assert _read_ahead_hits(gateway) > 0
 
 
 @pytest.mark.gateway_args(
