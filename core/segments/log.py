@@ -603,21 +603,27 @@ class SegmentLog:
         else:
             self._work.set()
 
-    def _may_send_now(self) -> bool:
-        """Whether what is queued may go to a native thread from here, without the flusher:
-        room in flight, into the open file, no roll due."""
+    def _room_in_open_file(self) -> bool:
+        """Room for another native write in flight, into the open file, no roll due."""
         in_flight = self._in_flight
         active = self._active
+        return (
+            len(in_flight) < _NATIVE_IN_FLIGHT
+            and active is not None
+            and (not in_flight or in_flight[0].file is active)
+            and not self._roll_due()
+        )
+
+    def _may_send_now(self) -> bool:
+        """Whether what is queued may go to a native thread from here, without the flusher
+        (which must be running, with no flush thread writing for it)."""
         return (
             durable_writer.NATIVE is not None
             and self._wake is not None
             and self._flusher_running
             and not self._thread_writing
             and not self.closed
-            and len(in_flight) < _NATIVE_IN_FLIGHT
-            and active is not None
-            and (not in_flight or in_flight[0].file is active)
-            and not self._roll_due()
+            and self._room_in_open_file()
         )
 
     def _send_now(self) -> None:
@@ -672,11 +678,9 @@ class SegmentLog:
         native = durable_writer.NATIVE
         room = len(in_flight) < _NATIVE_IN_FLIGHT
         if (
-            room
-            and self._queued
+            self._queued
             and native is not None
-            and self._active is head.file
-            and not self._roll_due()
+            and self._room_in_open_file()
             and trio.current_effective_deadline() != -math.inf  # (-inf: cancelled)
         ):
             self._submit_native(native, head.file, in_flight)
