@@ -93,6 +93,12 @@ class PendingAppend(Protocol):
         """The result if it is already known (durable or failed), without awaiting."""
         ...
 
+    def notify_when_done(self, callback: Callable[[], None]) -> bool:
+        """Have `callback` called once, by the task that finishes the append, when
+        `result_now` knows the result (it must not raise); False where that cannot be told
+        (the caller awaits `wait` instead). Only for a result not known yet."""
+        ...
+
 
 class PendingRead(Protocol):
     """A tier-1 read planned synchronously (`Topic.plan_read`): its size is known, its

@@ -16,6 +16,7 @@ after them (one log's commits finish in order; the writer settles responses in o
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import struct
 from collections.abc import Awaitable, Callable
@@ -282,6 +283,114 @@ class _IdleTimer:
             await trio.sleep_until(due)
 
 
+class _LoneProduce:
+    """A Produce answered by the task that makes its appends durable, not by the writer.
+
+    With nothing else in flight on a plain TCP connection (a producer that waits for each
+    answer), the writer task would be woken twice per request: to take the slot, and again
+    when the group commit ends. Instead the last append's completion (in the segment log's
+    flusher) encodes the response and sends it with one non-blocking send. What cannot go
+    that way (a partial send, a closed socket, a failed encoding) is handed to the writer,
+    which then owns the slot; so is the whole request when the reader reads another one
+    first (`to_writer`), so that responses keep their order."""
+
+    __slots__ = (
+        "slot",
+        "header",
+        "outcome",
+        "remaining",
+        "active",
+        "_stream",
+        "_order",
+        "_idle",
+        "_slots",
+    )
+
+    def __init__(
+        self,
+        stream: LeanSocketStream,
+        header: RequestHeader,
+        outcome: ProduceOutcome,
+        slot: _ResponseSlot,
+        order: _Sequencer,
+        idle: _IdleTimer,
+        slots: trio.MemorySendChannel[_ResponseSlot],
+    ) -> None:
+        self.slot = slot
+        self.header = header
+        self.outcome = outcome
+        self.remaining = 0
+        self.active = True
+        self._stream = stream
+        self._order = order
+        self._idle = idle
+        self._slots = slots
+
+    def start(self) -> bool:
+        """Ask each pending append to report its end; False: the writer must answer it."""
+        count = self.outcome.notify_each_done(self._one_done)
+        if count <= 0:  # known already, or some append cannot report (later calls ignored)
+            self.active = False
+            return False
+        self.remaining = count
+        return True
+
+    def to_writer(self) -> None:
+        """Another request was read: the writer answers this one (before that one)."""
+        if self.active:
+            self.active = False
+            self.slot.pending = (self.header, self.outcome)
+            self.slot.set_done()
+            self._hand_over()
+
+    def _one_done(self) -> None:
+        # Runs inside the store's completion of a group commit: it must not raise.
+        self.remaining -= 1
+        if self.remaining or not self.active:
+            return
+        self.active = False
+        slot = self.slot
+        try:
+            ready, response = self.outcome.result_now()
+            if not ready:  # (all its appends ended, so not expected) the writer waits
+                slot.pending = (self.header, self.outcome)
+                slot.set_done()
+                self._hand_over()
+                return
+            payload = Gateway._encode(self.header, response)
+        except Exception:
+            log.exception("handler failed; closing the connection")
+            slot.fill(None, close_connection=True)
+            self._hand_over()
+            return
+        if payload is None:  # acks=0: settled once durable, never answered
+            self._settled()
+            return
+        if isinstance(payload, bytes):
+            try:
+                sent = self._stream.send_now(payload)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                sent = 0  # the writer meets the same error and ends the connection
+            if sent == len(payload):
+                self._settled()
+                return
+            if sent:
+                payload = payload[sent:]
+        slot.fill(payload)
+        self._hand_over()
+
+    def _settled(self) -> None:
+        self._order.settled()
+        self._idle.response_sent()
+
+    def _hand_over(self) -> None:
+        # The window is empty (this was the only request in flight): nothing blocks, and a
+        # closed channel means the connection has ended.
+        ended = (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError)
+        with contextlib.suppress(*ended):
+            self._slots.send_nowait(self.slot)
+
+
 class Gateway:
     def __init__(self, ctx: GatewayContext, settings: ServerSettings) -> None:
         self.ctx = ctx
@@ -378,6 +487,7 @@ class Gateway:
         # login or the authorizer's test principal set PRINCIPAL in the reader's context).
         writer_finishes = sasl is None and self.ctx.authorizer is None
         lean = stream if isinstance(stream, LeanSocketStream) else None
+        lone: _LoneProduce | None = None  # a lone Produce its appends' end will answer
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._write_responses, stream, receive_slots, idle, order)
             nursery.start_soon(idle.watch)
@@ -407,6 +517,9 @@ class Gateway:
                             # ready at once may go out from here, before any later one.
                             alone = lean is not None and idle.in_flight == 1
                             if not alone or (sasl is not None and not sasl.authenticated):
+                                if lone is not None:  # its answer goes out before this one's
+                                    lone.to_writer()
+                                    lone = None
                                 try:  # no pass through the scheduler unless the window is full
                                     send_slots.send_nowait(slot)
                                 except trio.WouldBlock:
@@ -434,6 +547,14 @@ class Gateway:
                                         order.settled()
                                         idle.response_sent()
                                         continue
+                                elif isinstance(answered, ProduceOutcome):
+                                    assert pending is not None
+                                    lone = _LoneProduce(
+                                        lean, pending[0], answered, slot, order, idle, send_slots
+                                    )
+                                    if lone.start():
+                                        continue  # the writer is not woken for it at all
+                                    lone = None
                                 send_slots.send_nowait(slot)  # the window is empty
                             if pending is None:
                                 continue

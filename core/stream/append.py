@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
@@ -35,7 +36,7 @@ class Ticket:
     event loop's work per Produce.
     """
 
-    __slots__ = ("partition", "base_offset", "end_offset", "done", "error", "_event")
+    __slots__ = ("partition", "base_offset", "end_offset", "done", "error", "notify", "_event")
 
     def __init__(self, partition: Partition, base_offset: int, end_offset: int) -> None:
         self.partition = partition
@@ -43,6 +44,8 @@ class Ticket:
         self.end_offset = end_offset
         self.done = False
         self.error: int = ErrorCode.NONE
+        # Called once when finished, by the task that finishes it (it must not raise).
+        self.notify: Callable[[], None] | None = None
         self._event: trio.Event | None = None
 
     def finish(self, error: int = ErrorCode.NONE) -> None:
@@ -51,6 +54,10 @@ class Ticket:
         self.done = True
         if self._event is not None:
             self._event.set()
+        notify = self.notify
+        if notify is not None:
+            self.notify = None
+            notify()
 
     async def wait(self) -> None:
         """Return once finished (at once if it is)."""
@@ -82,6 +89,16 @@ class PendingProduce:
         if not FENCE.valid():
             return AppendResult(ErrorCode.NOT_LEADER_OR_FOLLOWER, message="node lease lost")
         return AppendResult(ErrorCode.NONE, self.first_offset, self.partition.log_start_offset)
+
+    def notify_when_done(self, callback: Callable[[], None]) -> bool:
+        """Have `callback` called once, by the task that finishes this append, when
+        `result_now` knows the result; False if that moment cannot be told (the caller
+        waits instead). For an append whose result is not known yet."""
+        ticket = self.ticket
+        if ticket is None or ticket.done or ticket.notify is not None:
+            return False  # a retried duplicate waits on the high watermark, not a ticket
+        ticket.notify = callback
+        return True
 
     async def wait(self) -> AppendResult:
         partition = self.partition

@@ -42,6 +42,9 @@ class VerifiedAppend:
     def result_now(self) -> AppendResult | None:
         return self._result
 
+    def notify_when_done(self, callback: Callable[[], None]) -> bool:
+        return False  # its append starts in `wait`: only a waiting task sees it end
+
     async def wait(self) -> AppendResult:
         if self._result is not None:
             return self._result

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Awaitable, Coroutine, Generator
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any
 
 import trio
@@ -192,6 +192,20 @@ class ProduceOutcome:
 
     def __await__(self) -> Generator[Any, None, dict[str, Any] | None]:
         return _finish_produce(self.body, self.acks, self.started, self.extras).__await__()
+
+    def notify_each_done(self, callback: Callable[[], None]) -> int:
+        """Have `callback` called by the task that finishes each append still pending (it
+        must not raise): how many calls to expect, all of them made once `result_now` is
+        ready; -1 when some append cannot say (some calls may still come: the caller
+        ignores them and awaits this outcome instead)."""
+        count = 0
+        for value in self.started.values():
+            if isinstance(value, AppendResult) or value.result_now() is not None:
+                continue
+            if not value.notify_when_done(callback):
+                return -1
+            count += 1
+        return count
 
 
 async def _finish_produce(

@@ -27,6 +27,7 @@ from support.client import (
     list_offsets_request,
     metadata_request,
     produce_request,
+    wait_until,
 )
 
 from kafkawire.codec import build_entity
@@ -257,6 +258,65 @@ def test_pipelined_produces_keep_their_order_and_answers(shared_gateway):
         offsets = [a.responses[0].partition_responses[0].base_offset for a in answers]
         assert offsets == list(range(0, 128, 2))
         assert _low_and_high(client, topic) == (0, 128)
+
+
+@pytest.mark.parametrize("acks", [-1, 1])
+def test_a_producer_waiting_for_each_answer_then_reads_them_back(shared_gateway, acks):
+    """One Produce at a time (the only request in flight is answered where its group commit
+    ends, not by the connection's writer task): every answer in turn, with dense offsets,
+    then a pipelined Produce pair, a Fetch of all of it and ListOffsets on the same
+    connection."""
+    topic = f"order-{uuid.uuid4().hex[:8]}"
+    _create_topic(shared_gateway.bootstrap, topic)
+    with RawClient(shared_gateway.bootstrap) as client:
+        for i in range(100):
+            answer = client.request(produce_request(topic, 0, _batch(f"w{i}"), acks=acks))
+            part = answer.responses[0].partition_responses[0]
+            assert (part.error_code, part.base_offset) == (0, i)
+        pair = [produce_request(topic, 0, _batch(f"p{i}"), acks=acks) for i in range(2)]
+        offsets = [
+            a.responses[0].partition_responses[0].base_offset for a in _pipelined(client, pair)
+        ]
+        assert offsets == [100, 101]
+        fetched = client.request(fetch_request(topic, 0, 0, max_wait_ms=0))
+        values = [r[2] for r in decode_records(fetched.responses[0].partitions[0].records)]
+        assert values == [f"w{i}-0".encode() for i in range(100)] + [b"p0-0", b"p1-0"]
+        assert _low_and_high(client, topic) == (0, 102)
+
+
+def test_a_produce_read_behind_a_lone_one_is_answered_after_it(shared_gateway):
+    """A Produce read while the one before it waits for its group commit (two topics: two
+    logs, whose writes may end in either order): the answers still come in request order."""
+    topics = [f"order-{uuid.uuid4().hex[:8]}" for _ in range(2)]
+    for topic in topics:
+        _create_topic(shared_gateway.bootstrap, topic)
+    # The first write is large, so the second one's usually ends first.
+    large = build_record_batch([Rec(b"v" * 1000) for _ in range(800)])
+    with RawClient(shared_gateway.bootstrap) as client:
+        for i in range(100):
+            first = produce_request(topics[0], 0, large)
+            second = produce_request(topics[1], 0, _batch(f"b{i}"))
+            answers = _pipelined(client, [first, second])  # (checks correlation ids)
+            offsets = [a.responses[0].partition_responses[0].base_offset for a in answers]
+            assert offsets == [800 * i, i]
+
+
+def test_clients_gone_before_their_answer_leave_the_gateway_serving(shared_gateway):
+    """Connections closed right after sending a Produce (its answer due when the group
+    commit ends, with no one to read it): the records are still written, nothing fails in
+    the gateway's log, and the next client is served."""
+    topic = f"order-{uuid.uuid4().hex[:8]}"
+    _create_topic(shared_gateway.bootstrap, topic)
+    for i in range(30):
+        gone = RawClient(shared_gateway.bootstrap)
+        gone.send(produce_request(topic, 0, _batch(f"g{i}")))
+        gone.close()
+    with RawClient(shared_gateway.bootstrap) as client:
+        wait_until(lambda: _low_and_high(client, topic) == (0, 30), timeout=TIMEOUT)
+        answer = client.request(produce_request(topic, 0, _batch("after")))
+        assert answer.responses[0].partition_responses[0].base_offset == 30
+    log = shared_gateway.log_path.read_text(errors="replace")
+    assert "Traceback" not in log and "handler failed" not in log
 
 
 # ------------------------------------------------------------------ real clients
