@@ -283,6 +283,21 @@ class _IdleTimer:
             await trio.sleep_until(due)
 
 
+def _send_whole_now(stream: LeanSocketStream, slot: _ResponseSlot) -> bool:
+    """Send a filled slot's answer from here, without waiting: True if the socket took it
+    whole; otherwise the slot keeps it, or the part the socket did not take, for the
+    writer to send."""
+    payload = slot.payload
+    if not isinstance(payload, bytes) or slot.close_connection:
+        return False
+    sent = stream.send_now(payload)
+    if sent == len(payload):
+        return True
+    if sent:
+        slot.payload = payload[sent:]
+    return False
+
+
 class _LoneProduce:
     """A Produce answered by the task that makes its appends durable, not by the writer.
 
@@ -339,9 +354,7 @@ class _LoneProduce:
         """Another request was read: the writer answers this one (before that one)."""
         if self.active:
             self.active = False
-            self.slot.pending = (self.header, self.outcome)
-            self.slot.set_done()
-            self._hand_over()
+            self._writer_awaits()
 
     def _one_done(self) -> None:
         # Runs inside the store's completion of a group commit: it must not raise.
@@ -352,31 +365,30 @@ class _LoneProduce:
         slot = self.slot
         try:
             ready, response = self.outcome.result_now()
-            if not ready:  # (all its appends ended, so not expected) the writer waits
-                slot.pending = (self.header, self.outcome)
-                slot.set_done()
-                self._hand_over()
+            if not ready:  # (all its appends ended, so not expected)
+                self._writer_awaits()
                 return
-            payload = Gateway._encode(self.header, response)
+            slot.fill(Gateway._encode(self.header, response))
         except Exception:
             log.exception("handler failed; closing the connection")
             slot.fill(None, close_connection=True)
             self._hand_over()
             return
-        if payload is None:  # acks=0: settled once durable, never answered
+        if slot.payload is None:  # acks=0: settled once durable, never answered
             self._settled()
             return
-        if isinstance(payload, bytes):
-            try:
-                sent = self._stream.send_now(payload)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                sent = 0  # the writer meets the same error and ends the connection
-            if sent == len(payload):
-                self._settled()
-                return
-            if sent:
-                payload = payload[sent:]
-        slot.fill(payload)
+        try:
+            whole = _send_whole_now(self._stream, slot)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            whole = False  # the writer meets the same error and ends the connection
+        if whole:
+            self._settled()
+        else:
+            self._hand_over()
+
+    def _writer_awaits(self) -> None:
+        self.slot.pending = (self.header, self.outcome)
+        self.slot.set_done()
         self._hand_over()
 
     def _settled(self) -> None:
@@ -778,15 +790,7 @@ class Gateway:
         it went out whole; otherwise `slot` holds it, or the part the socket did not take
         (the writer sends that)."""
         self._fill_now(header, response, slot)
-        payload = slot.payload
-        if not isinstance(payload, bytes) or slot.close_connection:
-            return False
-        sent = stream.send_now(payload)
-        if sent == len(payload):
-            return True
-        if sent:
-            slot.payload = payload[sent:]
-        return False
+        return _send_whole_now(stream, slot)
 
     def _fill_now(
         self, header: RequestHeader, response: list[bytes | memoryview], slot: _ResponseSlot
