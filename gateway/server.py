@@ -12,11 +12,13 @@ starts only once every earlier one has settled (its effects visible to later req
 one exception. A Produce that follows only Produces starts at once: its appends are queued in
 request order synchronously, so it shares the earlier ones' group commit, and it settles
 after them (one log's commits finish in order; the writer settles responses in order).
+
+A connection's bookkeeping (response slots, the sequencer, the idle timer, framing) lives in
+`gateway.connection`; a lone Produce answered where its appends end, in `gateway.lone_produce`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import struct
 from collections.abc import Awaitable, Callable
@@ -27,6 +29,15 @@ import trio
 
 from core.errors import ErrorCode
 from gateway.authorization.guard import guarded, test_principal_enabled
+from gateway.connection import (
+    Framed,
+    IdleTimer,
+    ResponseSlot,
+    Sequencer,
+    encode_answer,
+    framed,
+    send_whole_now,
+)
 from gateway.handlers import (
     acls,
     admin,
@@ -50,6 +61,7 @@ from gateway.handlers.data import Answered, ProduceOutcome
 from gateway.lean_stream import LeanSocketStream
 from gateway.limits.connections import ConnectionLimit
 from gateway.limits.quota import MUTE, Mute, with_quotas
+from gateway.lone_produce import LoneProduce
 from gateway.security.listeners import ListenerSetup
 from gateway.security.ratelimit import RateLimitedLog
 from gateway.security.sasl import (
@@ -72,7 +84,6 @@ from kafkawire.codec import (
 from kafkawire.fetch_request import decode_fetch_request
 from kafkawire.framing import FrameDecoder, FrameError
 from kafkawire.produce_request import decode_produce_request
-from kafkawire.produce_response import encode_produce_response
 
 log = logging.getLogger(__name__)
 # Lines any client can cause (bad frames, failed logins, TLS garbage): rate limited.
@@ -173,234 +184,8 @@ class ServerSettings:
     tls_handshake_timeout_s: float = 10.0
 
 
-class _ResponseSlot:
-    """A place in a connection's response order, filled when its handler finishes."""
-
-    __slots__ = ("done", "_waiter", "payload", "close_connection", "pending")
-
-    def __init__(self) -> None:
-        self.done = False
-        # Made only when the writer has to wait: most slots are done before it looks.
-        self._waiter: trio.Event | None = None
-        self.payload: Framed | None = None
-        self.close_connection = False
-        # A handler's result left for the writer task to finish (no task of its own): a
-        # Produce's outcome, or the waiting part of a request; `done` is set.
-        self.pending: tuple[RequestHeader, Awaitable[Any]] | None = None
-
-    def set_done(self) -> None:
-        self.done = True
-        if self._waiter is not None:
-            self._waiter.set()
-
-    async def wait_done(self) -> None:
-        if not self.done:  # (waiting on a set event would still yield)
-            self._waiter = trio.Event()
-            await self._waiter.wait()
-
-    def fill(self, payload: Framed | None, close_connection: bool = False) -> None:
-        self.payload = payload
-        self.close_connection = close_connection
-        self.set_done()
-
-
 class _CloseConnection(Exception):
     pass
-
-
-class _Sequencer:
-    """A connection's requests that have started and not yet settled.
-
-    Settled means the response is final: the handler returned, or the Produce's appends are
-    durable (high watermarks advanced). The writer settles slots in request order, so once
-    the count is back to zero every earlier request's effects are visible."""
-
-    __slots__ = ("unsettled", "produces_only", "_drained")
-
-    def __init__(self) -> None:
-        self.unsettled = 0
-        self.produces_only = True  # every unsettled request is a Produce
-        self._drained: trio.Event | None = None
-
-    def may_start(self, produce: bool) -> bool:
-        """Whether a request may start now, without waiting for earlier ones."""
-        return self.unsettled == 0 or (produce and self.produces_only)
-
-    def started(self, produce: bool) -> None:
-        if self.unsettled == 0:
-            self.produces_only = True
-        self.unsettled += 1
-        self.produces_only = self.produces_only and produce
-
-    def settled(self) -> None:
-        self.unsettled -= 1
-        if self.unsettled == 0 and self._drained is not None:
-            self._drained.set()
-            self._drained = None
-
-    async def drained(self) -> None:
-        """Wait until every started request has settled."""
-        while self.unsettled:
-            if self._drained is None:
-                self._drained = trio.Event()
-            await self._drained.wait()
-
-
-class _IdleTimer:
-    """The connection's idle deadline: pushed back by every complete request, suspended
-    while requests are in flight (a long poll is not idleness), restarted after the last
-    response went out.
-
-    A watchdog task enforces it, so a request costs two counter updates, not two moves of
-    a cancel scope's deadline (each reorders trio's deadline heap: a few per cent of the
-    loop's time at a small request per round trip)."""
-
-    def __init__(self, idle_ms: int) -> None:
-        self.idle_s = idle_ms / 1000
-        self.in_flight = 0
-        self.quiet_since = trio.current_time()
-        self.scope = trio.CancelScope()
-
-    def request_started(self) -> None:
-        self.in_flight += 1
-
-    def response_sent(self) -> None:
-        self.in_flight -= 1
-        if self.in_flight == 0:
-            self.quiet_since = trio.current_time()
-
-    async def watch(self) -> None:
-        """Cancel `scope` once nothing has been in flight for the idle time."""
-        while True:
-            now = trio.current_time()
-            if self.in_flight:
-                await trio.sleep_until(now + self.idle_s)
-                continue
-            due = self.quiet_since + self.idle_s
-            if now >= due:
-                self.scope.cancel()
-                return
-            await trio.sleep_until(due)
-
-
-def _send_whole_now(stream: LeanSocketStream, slot: _ResponseSlot) -> bool:
-    """Send a filled slot's answer from here, without waiting: True if the socket took it
-    whole; otherwise the slot keeps it, or the part the socket did not take, for the
-    writer to send."""
-    payload = slot.payload
-    if not isinstance(payload, bytes) or slot.close_connection:
-        return False
-    sent = stream.send_now(payload)
-    if sent == len(payload):
-        return True
-    if sent:
-        slot.payload = payload[sent:]
-    return False
-
-
-class _LoneProduce:
-    """A Produce answered by the task that makes its appends durable, not by the writer.
-
-    With nothing else in flight on a plain TCP connection (a producer that waits for each
-    answer), the writer task would be woken twice per request: to take the slot, and again
-    when the group commit ends. Instead the last append's completion (in the segment log's
-    flusher) encodes the response and sends it with one non-blocking send. What cannot go
-    that way (a partial send, a closed socket, a failed encoding) is handed to the writer,
-    which then owns the slot; so is the whole request when the reader reads another one
-    first (`to_writer`), so that responses keep their order."""
-
-    __slots__ = (
-        "slot",
-        "header",
-        "outcome",
-        "remaining",
-        "active",
-        "_stream",
-        "_order",
-        "_idle",
-        "_slots",
-    )
-
-    def __init__(
-        self,
-        stream: LeanSocketStream,
-        header: RequestHeader,
-        outcome: ProduceOutcome,
-        slot: _ResponseSlot,
-        order: _Sequencer,
-        idle: _IdleTimer,
-        slots: trio.MemorySendChannel[_ResponseSlot],
-    ) -> None:
-        self.slot = slot
-        self.header = header
-        self.outcome = outcome
-        self.remaining = 0
-        self.active = True
-        self._stream = stream
-        self._order = order
-        self._idle = idle
-        self._slots = slots
-
-    def start(self) -> bool:
-        """Ask each pending append to report its end; False: the writer must answer it."""
-        count = self.outcome.notify_each_done(self._one_done)
-        if count <= 0:  # known already, or some append cannot report (later calls ignored)
-            self.active = False
-            return False
-        self.remaining = count
-        return True
-
-    def to_writer(self) -> None:
-        """Another request was read: the writer answers this one (before that one)."""
-        if self.active:
-            self.active = False
-            self._writer_awaits()
-
-    def _one_done(self) -> None:
-        # Runs inside the store's completion of a group commit: it must not raise.
-        self.remaining -= 1
-        if self.remaining or not self.active:
-            return
-        self.active = False
-        slot = self.slot
-        try:
-            ready, response = self.outcome.result_now()
-            if not ready:  # (all its appends ended, so not expected)
-                self._writer_awaits()
-                return
-            slot.fill(Gateway._encode(self.header, response))
-        except Exception:
-            log.exception("handler failed; closing the connection")
-            slot.fill(None, close_connection=True)
-            self._hand_over()
-            return
-        if slot.payload is None:  # acks=0: settled once durable, never answered
-            self._settled()
-            return
-        try:
-            whole = _send_whole_now(self._stream, slot)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            whole = False  # the writer meets the same error and ends the connection
-        if whole:
-            self._settled()
-        else:
-            self._hand_over()
-
-    def _writer_awaits(self) -> None:
-        self.slot.pending = (self.header, self.outcome)
-        self.slot.set_done()
-        self._hand_over()
-
-    def _settled(self) -> None:
-        self._order.settled()
-        self._idle.response_sent()
-
-    def _hand_over(self) -> None:
-        # The window is empty (this was the only request in flight): nothing blocks, and a
-        # closed channel means the connection has ended.
-        ended = (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError)
-        with contextlib.suppress(*ended):
-            self._slots.send_nowait(self.slot)
 
 
 class Gateway:
@@ -489,17 +274,17 @@ class Gateway:
         decoder = FrameDecoder(
             _UNAUTHENTICATED_MAX_FRAME if sasl is not None else self.settings.max_request_bytes
         )
-        send_slots, receive_slots = trio.open_memory_channel[_ResponseSlot](
+        send_slots, receive_slots = trio.open_memory_channel[ResponseSlot](
             self.settings.max_in_flight_per_connection
         )
-        idle = _IdleTimer(self.settings.connections_max_idle_ms)
-        order = _Sequencer()
+        idle = IdleTimer(self.settings.connections_max_idle_ms)
+        order = Sequencer()
         # Whether the writer task may run a handler's waiting part: only where no request
         # changes the connection's context variables after the writer started (a SASL
         # login or the authorizer's test principal set PRINCIPAL in the reader's context).
         writer_finishes = sasl is None and self.ctx.authorizer is None
         lean = stream if isinstance(stream, LeanSocketStream) else None
-        lone: _LoneProduce | None = None  # a lone Produce its appends' end will answer
+        lone: LoneProduce | None = None  # a lone Produce its appends' end will answer
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._write_responses, stream, receive_slots, idle, order)
             nursery.start_soon(idle.watch)
@@ -523,7 +308,7 @@ class Gateway:
                                 # while it serves a request.
                                 await order.drained()
                             order.started(produce)
-                            slot = _ResponseSlot()
+                            slot = ResponseSlot()
                             idle.request_started()
                             # Nothing else in flight: the writer is idle, so a response
                             # ready at once may go out from here, before any later one.
@@ -561,7 +346,7 @@ class Gateway:
                                         continue
                                 elif isinstance(answered, ProduceOutcome):
                                     assert pending is not None
-                                    lone = _LoneProduce(
+                                    lone = LoneProduce(
                                         lean, pending[0], answered, slot, order, idle, send_slots
                                     )
                                     if lone.start():
@@ -596,11 +381,11 @@ class Gateway:
     async def _write_responses(
         self,
         stream: trio.abc.Stream,
-        slots: trio.MemoryReceiveChannel[_ResponseSlot],
-        idle: _IdleTimer,
-        order: _Sequencer,
+        slots: trio.MemoryReceiveChannel[ResponseSlot],
+        idle: IdleTimer,
+        order: Sequencer,
     ) -> None:
-        held: _ResponseSlot | None = None  # received, not yet settled
+        held: ResponseSlot | None = None  # received, not yet settled
         async with slots:
             try:
                 async for slot in slots:
@@ -627,7 +412,7 @@ class Gateway:
             finally:
                 _close_unstarted(held, slots)
 
-    def _settle_now(self, slot: _ResponseSlot) -> bool:
+    def _settle_now(self, slot: ResponseSlot) -> bool:
         """Whether the slot's response is final, finishing a Produce whose appends are all
         durable already (no await: no pass through the event loop)."""
         if not slot.done:
@@ -641,7 +426,7 @@ class Gateway:
             ready, response = outcome.result_now()
             if not ready:
                 return False
-            payload = self._encode(header, response)
+            payload = encode_answer(header, response)
         except Exception:
             log.exception("handler failed; closing the connection")
             slot.pending = None
@@ -651,7 +436,7 @@ class Gateway:
         slot.fill(payload)
         return True
 
-    async def _settle(self, slot: _ResponseSlot) -> None:
+    async def _settle(self, slot: ResponseSlot) -> None:
         """Wait until the slot's response is final."""
         await slot.wait_done()
         if slot.pending is not None:
@@ -660,12 +445,12 @@ class Gateway:
 
     @staticmethod
     async def _send_slots(
-        stream: trio.abc.Stream, out: list[_ResponseSlot], idle: _IdleTimer
+        stream: trio.abc.Stream, out: list[ResponseSlot], idle: IdleTimer
     ) -> None:
         payloads = [slot.payload for slot in out if slot.payload is not None]
         whole = [p for p in payloads if isinstance(p, bytes)]
         if len(whole) < len(payloads) or sum(map(len, whole)) > _COALESCE_BYTES:
-            await _send_framed(stream, payloads)  # large ones: gathered, nothing copied
+            await _sendframed(stream, payloads)  # large ones: gathered, nothing copied
         elif whole:  # small ones joined, one send (one TLS record): a view per piece for
             # a gathered send costs more than copying a few hundred bytes
             await stream.send_all(whole[0] if len(whole) == 1 else b"".join(whole))
@@ -675,7 +460,7 @@ class Gateway:
             idle.response_sent()
 
     async def _before_authentication(
-        self, frame: bytes, slot: _ResponseSlot, sasl: SaslSession
+        self, frame: bytes, slot: ResponseSlot, sasl: SaslSession
     ) -> None:
         """Serve one frame of a SASL connection that has not authenticated yet."""
         if sasl.state is State.RAW_TOKENS:  # handshake v0: a bare token, no header
@@ -687,7 +472,7 @@ class Gateway:
                 return
             if sasl.authenticated:
                 self._authenticated(sasl)
-            slot.fill(_framed(token))
+            slot.fill(framed(token))
             return
         try:
             header, pos = decode_header(frame)
@@ -737,7 +522,7 @@ class Gateway:
                 "auth_bytes": b"",
             }
             close = True
-        slot.fill(_framed(encode_response(header, response)), close_connection=close)
+        slot.fill(framed(encode_response(header, response)), close_connection=close)
 
     @staticmethod
     def _authenticated(sasl: SaslSession) -> None:
@@ -747,7 +532,7 @@ class Gateway:
         log.debug("SASL %s authenticated %s", sasl.mechanism, sasl.principal)
 
     def _start_request(
-        self, frame: bytes, slot: _ResponseSlot
+        self, frame: bytes, slot: ResponseSlot
     ) -> tuple[RequestHeader, Awaitable[Any]] | None:
         """Decode a frame and call its handler; None if the slot was already filled."""
         try:
@@ -760,7 +545,7 @@ class Gateway:
                         header.api_key, 0, header.correlation_id, header.client_id, False
                     )
                     body = admin.api_versions_body(ErrorCode.UNSUPPORTED_VERSION)
-                    slot.fill(_framed(encode_response(downgraded, body)))
+                    slot.fill(framed(encode_response(downgraded, body)))
                     return None
                 raise ProtocolError(
                     f"unsupported version {header.api_version} of {ApiKey(header.api_key).name}"
@@ -784,20 +569,20 @@ class Gateway:
         stream: LeanSocketStream,
         header: RequestHeader,
         response: list[bytes | memoryview],
-        slot: _ResponseSlot,
+        slot: ResponseSlot,
     ) -> bool:
         """Send a response known at once, with no other in flight, from the reader: True if
         it went out whole; otherwise `slot` holds it, or the part the socket did not take
         (the writer sends that)."""
         self._fill_now(header, response, slot)
-        return _send_whole_now(stream, slot)
+        return send_whole_now(stream, slot)
 
     def _fill_now(
-        self, header: RequestHeader, response: list[bytes | memoryview], slot: _ResponseSlot
+        self, header: RequestHeader, response: list[bytes | memoryview], slot: ResponseSlot
     ) -> None:
         """Answer a request whose response the handler already had (no task of its own)."""
         try:
-            payload = self._encode(header, response)
+            payload = encode_answer(header, response)
         except Exception:
             log.exception("handler failed; closing the connection")
             slot.fill(None, close_connection=True)
@@ -805,56 +590,19 @@ class Gateway:
         slot.fill(payload)
 
     async def _finish_request(
-        self, pending: tuple[RequestHeader, Awaitable[Any]], slot: _ResponseSlot
+        self, pending: tuple[RequestHeader, Awaitable[Any]], slot: ResponseSlot
     ) -> None:
         header, awaitable = pending
         try:
-            payload = self._encode(header, await awaitable)
+            payload = encode_answer(header, await awaitable)
         except Exception:
             log.exception("handler failed; closing the connection")
             slot.fill(None, close_connection=True)
             return
         slot.fill(payload)
 
-    @staticmethod
-    def _encode(
-        header: RequestHeader, response: dict[str, Any] | bytes | list[bytes | memoryview] | None
-    ) -> Framed | None:
-        """A handler's answer as a framed response (None: no response, acks=0)."""
-        if response is None:
-            return None
-        if isinstance(response, dict):
-            if header.api_key == ApiKey.PRODUCE:  # the hot path: no kio dataclasses
-                response = encode_produce_response(
-                    header.correlation_id, header.api_version, response
-                )
-            else:
-                response = encode_response(header, response)
-        return _framed(response)
 
-
-# A response is one buffer, or its size prefix and body pieces apart: prepending four
-# bytes to a large body would copy it whole (a Fetch response of megabytes), and a Fetch
-# response comes in pieces (its batches as read); a gathered send (`sendmsg`) writes them
-# all from where they are. A small one in pieces (a caught-up Fetch: some fifty pieces of
-# framing) is joined instead: a view per piece and a long iovec cost several times the copy.
-Framed = bytes | tuple[bytes | memoryview, ...]
-_PREFIX_APART_BYTES = 64 * 1024
-_JOIN_PIECES_BELOW = 16 * 1024
-
-
-def _framed(payload: bytes | list[bytes | memoryview]) -> Framed:
-    if isinstance(payload, list):
-        size = sum(map(len, payload))
-        if size < _JOIN_PIECES_BELOW:
-            return b"".join((_SIZE.pack(size), *payload))
-        return (_SIZE.pack(size), *payload)
-    if len(payload) >= _PREFIX_APART_BYTES:
-        return _SIZE.pack(len(payload)), payload
-    return _SIZE.pack(len(payload)) + payload
-
-
-async def _send_framed(stream: trio.abc.Stream, responses: list[Framed]) -> None:
+async def _sendframed(stream: trio.abc.Stream, responses: list[Framed]) -> None:
     """Send responses in order: gathered in one call on plain TCP; over TLS each response
     in one piece (many small pieces would each become a TLS record)."""
     if isinstance(stream, LeanSocketStream):
@@ -867,7 +615,7 @@ async def _send_framed(stream: trio.abc.Stream, responses: list[Framed]) -> None
 
 
 def _close_unstarted(
-    held: _ResponseSlot | None, slots: trio.MemoryReceiveChannel[_ResponseSlot]
+    held: ResponseSlot | None, slots: trio.MemoryReceiveChannel[ResponseSlot]
 ) -> None:
     """Close the waiting parts the writer never started (the connection is going away):
     none is left unawaited, and a long-poll Fetch takes its waiters off its partitions."""

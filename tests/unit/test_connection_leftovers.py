@@ -9,8 +9,9 @@ from typing import Any
 
 import trio
 
+from gateway.connection import ResponseSlot
 from gateway.handlers.data import _LongPoll
-from gateway.server import _close_unstarted, _ResponseSlot
+from gateway.server import _close_unstarted
 from kafkawire.codec import RequestHeader
 
 _HEADER = RequestHeader(1, 12, 7, "test", True)
@@ -57,8 +58,8 @@ def test_a_long_poll_closed_unawaited_takes_its_waiters_off() -> None:
 
 def test_the_writer_closes_every_waiting_part_it_never_started() -> None:
     closed: list[_Waiting] = []
-    send, receive = trio.open_memory_channel[_ResponseSlot](8)
-    held, queued, answered = _ResponseSlot(), _ResponseSlot(), _ResponseSlot()
+    send, receive = trio.open_memory_channel[ResponseSlot](8)
+    held, queued, answered = ResponseSlot(), ResponseSlot(), ResponseSlot()
     held.pending = (_HEADER, _Waiting(closed))
     queued.pending = (_HEADER, _Waiting(closed))
     answered.fill(b"\x00\x00\x00\x00")
@@ -71,5 +72,5 @@ def test_the_writer_closes_every_waiting_part_it_never_started() -> None:
 
 
 def test_nothing_held_and_nothing_queued_is_fine() -> None:
-    _send, receive = trio.open_memory_channel[_ResponseSlot](1)
+    _send, receive = trio.open_memory_channel[ResponseSlot](1)
     _close_unstarted(None, receive)

@@ -1,6 +1,6 @@
 """A lone Produce answered where its appends end: sent whole, or handed to the writer.
 
-`_LoneProduce` sends the response of the only request in flight from the completion of its
+`LoneProduce` sends the response of the only request in flight from the completion of its
 appends. These tests drive it with a fake outcome (whose appends the test ends) and a fake
 socket (which takes what the test says), and check what reaches the writer's channel and
 the connection's bookkeeping in each case: a whole send, a partial one, a closed socket, a
@@ -14,7 +14,8 @@ from typing import Any
 
 import trio
 
-from gateway.server import _IdleTimer, _LoneProduce, _ResponseSlot, _Sequencer
+from gateway.connection import IdleTimer, ResponseSlot, Sequencer, encode_answer
+from gateway.lone_produce import LoneProduce
 from kafkawire.apis import ApiKey
 from kafkawire.codec import RequestHeader
 
@@ -69,13 +70,13 @@ class _Connection:
     """A connection's state with one Produce started and in flight."""
 
     def __init__(self, outcome: _Outcome, socket: _Socket) -> None:
-        self.order = _Sequencer()
-        self.idle = _IdleTimer(60_000)
-        self.send, self.receive = trio.open_memory_channel[_ResponseSlot](8)
-        self.slot = _ResponseSlot()
+        self.order = Sequencer()
+        self.idle = IdleTimer(60_000)
+        self.send, self.receive = trio.open_memory_channel[ResponseSlot](8)
+        self.slot = ResponseSlot()
         self.order.started(True)
         self.idle.request_started()
-        self.lone = _LoneProduce(
+        self.lone = LoneProduce(
             socket,  # type: ignore[arg-type]  # what it uses of a LeanSocketStream
             _HEADER,
             outcome,  # type: ignore[arg-type]
@@ -85,7 +86,7 @@ class _Connection:
             self.send,
         )
 
-    def handed_over(self) -> list[_ResponseSlot]:
+    def handed_over(self) -> list[ResponseSlot]:
         out = []
         while True:
             try:
@@ -199,8 +200,6 @@ def test_an_append_that_cannot_report_stays_with_the_writer() -> None:
 
 
 def _whole_answer() -> bytes:
-    from gateway.server import Gateway
-
-    payload = Gateway._encode(_HEADER, dict(_ANSWER))
+    payload = encode_answer(_HEADER, dict(_ANSWER))
     assert isinstance(payload, bytes)
     return payload
