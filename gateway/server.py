@@ -20,7 +20,6 @@ A connection's bookkeeping (response slots, the sequencer, the idle timer, frami
 from __future__ import annotations
 
 import logging
-import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -153,7 +152,6 @@ HANDLERS: dict[int, Handler] = {
 }
 assert set(HANDLERS) == set(SUPPORTED_APIS), "every advertised API needs a handler"
 
-_SIZE = struct.Struct(">i")
 _RECEIVE_BYTES = 256 * 1024
 # Kafka's sasl.server.max.receive.size: the largest frame before authentication.
 _UNAUTHENTICATED_MAX_FRAME = 512 * 1024
