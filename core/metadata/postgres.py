@@ -64,15 +64,16 @@ class PostgresEngine(Engine):
 
     dialect = POSTGRESQL
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, session_name: str = "streamgate") -> None:
         self.url = url
-        super().__init__(_connect(url))
+        self.session_name = session_name
+        super().__init__(_connect(url, session_name))
 
     def _reconnect(self) -> None:
         """A connection the server ended (a PostgreSQL restart, a failover) is replaced on
         the next call; the call that saw it end has failed, and its caller retries."""
         if self.conn.closed or self.conn.broken:
-            self.conn = _connect(self.url)
+            self.conn = _connect(self.url, self.session_name)
             self.handle = Handle(self.conn, self.dialect)
 
     @contextmanager
@@ -89,15 +90,24 @@ class PostgresEngine(Engine):
                 yield self.handle
 
 
-def _connect(url: str) -> psycopg.Connection:
+def session_name(node_id: int | None) -> str:
+    """The `application_name` of a node's sessions: how a node taking over a dead node's
+    segments finds the transactions that node left open (`end_expired_sessions`)."""
+    return "streamgate" if node_id is None else f"streamgate node {node_id}"
+
+
+def _connect(url: str, name: str) -> psycopg.Connection:
     # A node frozen inside a transaction (SIGSTOP, a stalled VM) would keep its row locks for
     # as long as it is frozen, and the node taking its segments over would wait as long: the
-    # server ends such a session after 5 s, longer than any lease. A server that does not
-    # answer fails the call after 5 s rather than stalling the metadata thread.
+    # server ends such a session after 5 s, longer than any lease. Not one frozen in the
+    # middle of a pipeline (psycopg's executemany), which the server does not count as idle:
+    # the taker ends those (`end_expired_sessions`). A server that does not answer fails the
+    # call after 5 s rather than stalling the metadata thread.
     return psycopg.connect(
         url,
         autocommit=True,
         connect_timeout=5,
+        application_name=name,
         options="-c idle_in_transaction_session_timeout=5000",
     )
 
@@ -111,10 +121,14 @@ class PostgresCredentialStore(SqlCredentialStore):
 
 class PostgresMetadataStore(SqlMetadataStore):
     """`MetadataStore` on PostgreSQL, plus nodes, leases, placement and hand-overs. Leases
-    use a connection of their own so a renewal never waits behind a slow commit."""
+    use a connection of their own so a renewal never waits behind a slow commit.
+    `session_node` (default `node_id`) names the sessions after the node they serve."""
 
-    def __init__(self, url: str, node_id: int | None = None) -> None:
-        super().__init__(PostgresEngine(url), node_id)
+    def __init__(
+        self, url: str, node_id: int | None = None, *, session_node: int | None = None
+    ) -> None:
+        self.session_name = session_name(node_id if session_node is None else session_node)
+        super().__init__(PostgresEngine(url, self.session_name), node_id)
         self.url = url
         self._lease_db: psycopg.Connection | None = None
         self._lease_lock = threading.Lock()
@@ -192,7 +206,9 @@ class PostgresMetadataStore(SqlMetadataStore):
         it was lost (expired and taken over, or re-registered)."""
         with self._lease_lock:
             if self._lease_db is None or self._lease_db.closed or self._lease_db.broken:
-                self._lease_db = psycopg.connect(self.url, autocommit=True, connect_timeout=5)
+                self._lease_db = psycopg.connect(
+                    self.url, autocommit=True, connect_timeout=5, application_name=self.session_name
+                )
             row = Handle(self._lease_db, POSTGRESQL).one(
                 "UPDATE nodes SET lease_expires = now() + make_interval(secs => ?) "
                 "WHERE node_id = ? AND incarnation = ? AND lease_expires > now() "
@@ -283,6 +299,20 @@ class PostgresMetadataStore(SqlMetadataStore):
                 "WHERE NOT s.sealed AND n.lease_expires <= now()"
             )
         return [OpenSegment(str(t), int(s), int(f), int(la), int(o)) for t, s, f, la, o in rows]
+
+    def end_expired_sessions(self, node_id: int) -> int:
+        """End the database sessions of node `node_id` that are inside a transaction begun
+        before its lease expired (a frozen node's; the server's idle timeout misses one
+        stopped in the middle of a pipeline), so its row locks cannot hold a takeover up.
+        Only once its lease has expired; returns how many were ended."""
+        with self.engine.read() as db:
+            rows = db.all(
+                "SELECT pg_terminate_backend(a.pid) FROM pg_stat_activity a JOIN nodes n "
+                "ON n.node_id = ? WHERE n.lease_expires <= now() AND a.application_name = ? "
+                "AND a.xact_start < n.lease_expires AND a.pid <> pg_backend_pid()",
+                (node_id, session_name(node_id)),
+            )
+        return sum(1 for (ended,) in rows if ended)
 
     def take_over_segment(self, name: str, segment_id: int, from_node: int, to_node: int) -> bool:
         """Make `to_node` the owner of a dead node's open segment: a compare-and-set on the

@@ -77,7 +77,9 @@ class NodeMembership:
     async def register(self) -> None:
         """Take the lease (waiting up to register_timeout_s for a stale one); LeaseError."""
         s = self.settings
-        self._db = await self._call(PostgresMetadataStore, self.url)
+        self._db = await self._call(
+            functools.partial(PostgresMetadataStore, self.url, session_node=s.node_id)
+        )
         deadline = time.monotonic() + s.register_timeout_s
         while True:
             started = time.monotonic()

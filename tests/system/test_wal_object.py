@@ -190,6 +190,40 @@ def test_a_fenced_node_cannot_record_a_write_ahead_object(pg_url: str) -> None: 
         two.close()
 
 
+@requires_postgres
+def test_a_node_frozen_inside_a_pipelined_commit_is_taken_over(pg_url: str) -> None:  # noqa: F811
+    """A node stopped in the middle of psycopg's pipeline (executemany, no Sync sent yet)
+    holds its row locks with the server's idle-in-transaction timeout never starting; the
+    taker ends that session once the lease has expired, and takes the segment over."""
+    from core.metadata import SegmentRecord, TopicRecord
+    from core.metadata.postgres import PostgresMetadataStore
+
+    one = PostgresMetadataStore(pg_url, 1)
+    two = PostgresMetadataStore(pg_url, 2)
+    try:
+        one.register_node(1, "127.0.0.1", 1, 1.0, exclusive=False)
+        two.register_node(2, "127.0.0.1", 2, 30.0, exclusive=False)
+        topic = TopicRecord("f", uuid.uuid4(), 1, segments=[SegmentRecord(0, 0, 0, 0)])
+        one.create_topic(topic)  # segment 0 owned by node 1
+        frozen = one.engine.conn  # what commit_wal_object does, stopped before its Sync
+        frozen.execute("BEGIN")
+        frozen.execute("SELECT 1 FROM nodes WHERE node_id = 1 FOR UPDATE")
+        pipeline = frozen.pipeline()
+        pipeline.__enter__()
+        frozen.cursor().execute("UPDATE nodes SET port = port WHERE node_id = 1")
+        frozen.pgconn.flush()
+        assert not two.take_over_segment("f", 0, 1, 2)  # the lease is still live
+        time.sleep(7.0)  # past the lease and past the server's 5 s idle timeout
+        assert not two.take_over_segment("f", 0, 1, 2)  # still locked: not idle to the server
+        assert two.end_expired_sessions(1) == 1
+        assert two.take_over_segment("f", 0, 1, 2)
+        assert [s.owner_node for s in two.open_segments()] == [2]
+        assert two.end_expired_sessions(2) == 0  # a live node's sessions are never ended
+    finally:
+        one.close()
+        two.close()
+
+
 def test_an_s3_outage_holds_acknowledgements_back_until_it_ends(
     tmp_path: Path, outage_proxy: OutageProxy
 ) -> None:

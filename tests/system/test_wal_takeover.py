@@ -91,7 +91,10 @@ def test_a_frozen_node_is_taken_over_and_fenced(cluster: NodesCluster) -> None:
     frozen_at = time.monotonic()
     acked_before = load.acked_in(lost)
     try:
-        wait_until(lambda: re.search(rb"took over segment", cluster.log_since_start()), 30)
+        try:
+            wait_until(lambda: re.search(rb"took over segment", cluster.log_since_start()), 30)
+        except TimeoutError:
+            pytest.fail(f"no node took node 1's segment over; log:\n{cluster.log_tail(40_000)}")
         taken = [e for n in (2, 3) for e in _events(cluster, n, "takeover", topic)]
         assert len(taken) == 1 and taken[0]["from_node"] == 1, taken
         assert "lease of node 1 expired" in taken[0]["cause"]
