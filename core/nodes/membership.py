@@ -24,7 +24,7 @@ import trio
 from ..cluster.fencing import FENCE
 from ..cluster.view import CLUSTER, Lease
 from ..failure_log import FailureLog
-from ..metadata import CommittedOffset
+from ..metadata import CommittedOffset, NodeRecord
 from ..metadata.postgres import LeaseError, PostgresMetadataStore
 from ..stream.handover import apply_cluster_segments
 from .balance import REBALANCE_EVERY_S, rebalance
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+DEAD_SESSIONS_S = 60.0  # how long after a lease expired its node's sessions are looked for
 LEASE_LOST_EXIT = 75  # EX_TEMPFAIL: a supervisor may restart the node
 
 
@@ -125,6 +126,7 @@ class NodeMembership:
                 await reconcile(store, functools.partial(self._call, db.topic_heads))
                 if any(name not in store.streams for name in owners):
                     store.adopt_topics(await self._call(db.load_topics))
+                await self._end_dead_sessions(db, nodes)
                 # --wal object: the open segments of nodes whose lease expired
                 live = [n.node_id for n in nodes if n.live]
                 await take_over_orphans(store, db, self._call, self.settings.node_id, live)
@@ -143,6 +145,29 @@ class NodeMembership:
             if self.offsets_sink is not None and cycle % 4 == 0:
                 await self._refresh_offsets(db, self.offsets_sink)
             await trio.sleep(self.settings.sync_every_s)
+
+    async def _end_dead_sessions(self, db: PostgresMetadataStore, nodes: list[NodeRecord]) -> None:
+        """End the transactions a node whose lease just expired left open in the database:
+        one frozen inside a commit holds its row locks (a segment's, a group's offsets)
+        for as long as it is frozen, and PostgreSQL's idle timeout misses one stopped in the
+        middle of a pipeline. Tried for a minute after the expiry, by every live node."""
+        for n in nodes:
+            if n.live or n.node_id == self.settings.node_id or n.lease_left_s < -DEAD_SESSIONS_S:
+                continue
+            what = f"ending node {n.node_id}'s database sessions"
+            try:
+                count = await self._call(db.end_expired_sessions, n.node_id)
+            except Exception as exc:  # (no right to: the server's idle timeout still helps)
+                self.failures.failed(what, exc)
+                continue
+            self.failures.succeeded(what)
+            if count:
+                log.warning(
+                    "ended %d database session(s) that node %d left inside a transaction "
+                    "when its lease expired",
+                    count,
+                    n.node_id,
+                )
 
     async def _balance(self, store: StreamStore) -> None:
         """--wal object: segments back to the nodes that lead fewer (balance.py)."""

@@ -5,10 +5,9 @@ Each sync round, every live node reads the open segments whose owner's lease has
 and takes those that fall to it (by a hash of topic and segment over the live node ids, so
 two nodes rarely race; the database's compare-and-set settles it when they do). Taking one:
 
-1. `end_expired_sessions` ends the dead node's transactions still open in the database (one
-   frozen inside a commit holds its row locks), then `take_over_segment`: the owner
-   becomes this node, under the dead node's row lock and only once its lease is over, so
-   none of its write-ahead commits can land afterwards;
+1. `take_over_segment`: the owner becomes this node, under the dead node's row lock and
+   only once its lease is over, so none of its write-ahead commits can land afterwards
+   (the sync round has ended the transactions the dead node left open: membership.py);
 2. the segment's tail beyond tier 2 is restored from the write-ahead objects into local
    files (restore.py);
 3. its partitions are reloaded from the database (chunks, log starts, producer states,
@@ -58,7 +57,6 @@ async def take_over_orphans(
     """Take the expired nodes' open segments that fall to this node."""
     if store.wal is None or me not in live:
         return
-    ended: set[int] = set()
     for row in await call(db.orphaned_segments):
         if taker(row.topic, row.segment_id, live) != me:
             continue
@@ -66,9 +64,6 @@ async def take_over_orphans(
         if stream is None or stream.deleted:
             continue
         started = time.monotonic()
-        if row.owner_node not in ended:
-            ended.add(row.owner_node)
-            await _end_sessions(db, call, row.owner_node)
         if not await call(db.take_over_segment, row.topic, row.segment_id, row.owner_node, me):
             continue
         try:
@@ -97,23 +92,6 @@ async def take_over_orphans(
             row.last_partition,
             row.owner_node,
             time.monotonic() - started,
-        )
-
-
-async def _end_sessions(db: PostgresMetadataStore, call: Call, node: int) -> None:
-    """End what the dead node left open in the database; without the right to (another
-    role's sessions), the takeover still goes on once the server's idle timeout has."""
-    try:
-        count = await call(db.end_expired_sessions, node)
-    except Exception as exc:
-        log.warning("could not end node %d's database sessions: %s", node, exc)
-        return
-    if count:
-        log.warning(
-            "ended %d database session(s) that node %d left inside a transaction when its "
-            "lease expired",
-            count,
-            node,
         )
 
 

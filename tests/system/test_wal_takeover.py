@@ -3,7 +3,8 @@ segment taken over by a live node, which restores the tail from the write-ahead 
 and serves the partition; produce to it resumes without the frozen node. Resumed, the
 zombie can make nothing visible (its commits are fenced and it exits on its lost lease);
 back, it is handed a segment again by the node that led two, and every acknowledged record
-is there exactly once, offsets dense. Then a node is
+is there exactly once, offsets dense; a session node 1 left stopped inside a transaction
+(holding its row, no idle timeout running) is ended by the live nodes. Then a node is
 SIGKILLed with its data folder removed: nothing acknowledged is lost either way the
 race goes (the node back first, or a live node taking over first)."""
 
@@ -21,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from support.client import wait_until
@@ -28,6 +30,8 @@ from support.crash import check_exactly_once, read_from_start
 from support.nodes import requires_postgres
 from test_wal_object import _Load
 
+from cli.embedded_pg import url as pg_url
+from core.metadata.postgres import session_name
 from harness.nodes_cluster import NodesCluster, consecutive_free_ports
 
 pytestmark = requires_postgres
@@ -49,6 +53,13 @@ def cluster(tmp_path: Path) -> Iterator[NodesCluster]:
         yield nodes
     finally:
         nodes.close()
+
+
+def _pg_url(cluster: NodesCluster) -> str:
+    """The cluster's embedded PostgreSQL, from the supervisor's log."""
+    found = re.search(rb"PostgreSQL on 127\.0\.0\.1:(\d+)", cluster.log_since_start())
+    assert found, cluster.log_tail()
+    return pg_url(int(found.group(1)))
 
 
 def _leaders(bootstrap: str, topic: str) -> dict[int, int]:
@@ -87,8 +98,18 @@ def test_a_frozen_node_is_taken_over_and_fenced(cluster: NodesCluster) -> None:
     )
     time.sleep(1.5)
     pid = cluster.node_pid(1)
+    stuck = psycopg.connect(_pg_url(cluster), autocommit=True, application_name=session_name(1))
     os.kill(pid, signal.SIGSTOP)
     frozen_at = time.monotonic()
+    # as if node 1 had stopped inside a pipelined commit: a session of its name inside a
+    # transaction that holds its row (when its own commit does not already), a statement
+    # sent without the Sync that would end it, so the server's idle timeout never starts
+    stuck.execute("BEGIN")
+    stuck.execute("SELECT 1 FROM nodes WHERE node_id = 1 FOR UPDATE SKIP LOCKED")
+    stuck.pipeline().__enter__()
+    stuck.cursor().execute("SELECT 1")
+    stuck.pgconn.flush()
+    stuck_pid = stuck.info.backend_pid
     acked_before = load.acked_in(lost)
     try:
         try:
@@ -104,6 +125,11 @@ def test_a_frozen_node_is_taken_over_and_fenced(cluster: NodesCluster) -> None:
         took = time.monotonic() - frozen_at
     finally:
         os.kill(pid, signal.SIGCONT)
+    with psycopg.connect(_pg_url(cluster), autocommit=True) as db:
+        gone = "SELECT 1 FROM pg_stat_activity WHERE pid = %s"
+        assert db.execute(gone, (stuck_pid,)).fetchall() == []  # ended by a live node
+    ended = rb"ended \d+ database session\(s\) that node 1 left"
+    assert re.search(ended, cluster.log_since_start())
     # the zombie wakes up: fenced, it exits on its lost lease and comes back
     cluster.wait_restarted(1, pid)
     # the node that took two segments hands one back to node 1, under load
