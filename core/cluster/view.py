@@ -45,6 +45,9 @@ class ClusterView:
         self.segment_nodes: dict[str, dict[int, int]] = {}
         # topic -> partitions this node is handing over: it serves none of them meanwhile
         self.moving: dict[str, set[int]] = {}
+        # topic -> partitions of segments this node took over but could not open yet (the
+        # object store down): the database names this node, yet it serves none of them
+        self.unopened: dict[str, set[int]] = {}
         self._versions: dict[str, int] = {}  # topic -> local changes (the sync skips stale)
 
     def touch(self, topic: str) -> None:
@@ -76,7 +79,7 @@ class ClusterView:
     def is_local(self, topic: str, partition: int = 0) -> bool:
         if not self.enabled:
             return True
-        if partition in self.moving.get(topic, ()):
+        if partition in self.moving.get(topic, ()) or partition in self.unopened.get(topic, ()):
             return False
         if topic not in self.ranges and topic not in self.owners:
             return False  # not synced yet (e.g. just after start): the next sync knows
@@ -131,6 +134,7 @@ class ClusterView:
         self.ranges.pop(topic, None)
         self.segment_nodes.pop(topic, None)
         self.moving.pop(topic, None)
+        self.unopened.pop(topic, None)
 
     def open_segment_counts(self) -> dict[int, int]:
         """Live node -> open segments it owns (the placement load)."""

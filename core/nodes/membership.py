@@ -28,7 +28,7 @@ from ..metadata import CommittedOffset, NodeRecord
 from ..metadata.postgres import LeaseError, PostgresMetadataStore
 from ..stream.handover import apply_cluster_segments
 from .balance import REBALANCE_EVERY_S, rebalance
-from .takeover import take_over_orphans
+from .takeover import Unadopted, take_over_orphans
 from .topic_sync import reconcile
 
 if TYPE_CHECKING:
@@ -71,6 +71,7 @@ class NodeMembership:
         self.failures = FailureLog(f"node {settings.node_id}: ", log, every_s=10.0)
         # several nodes: given the committed offsets of each group another node coordinates
         self.offsets_sink: Callable[[str, list[CommittedOffset], bool], None] | None = None
+        self._unadopted = Unadopted()  # segments taken over, not yet opened (takeover.py)
 
     async def _call(self, fn, *args):  # type: ignore[no-untyped-def]
         return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)
@@ -129,7 +130,9 @@ class NodeMembership:
                 await self._end_dead_sessions(db, nodes)
                 # --wal object: the open segments of nodes whose lease expired
                 live = [n.node_id for n in nodes if n.live]
-                await take_over_orphans(store, db, self._call, self.settings.node_id, live)
+                await take_over_orphans(
+                    store, db, self._call, self.settings.node_id, live, self._unadopted
+                )
             except Exception as exc:  # database unreachable: keep the last view
                 self.failures.failed("cluster sync", exc, "keeping the last view")
             else:

@@ -14,7 +14,9 @@ two nodes rarely race; the database's compare-and-set settles it when they do). 
    aborted transactions) and the restored tail is replayed on top: offsets go on densely
    and idempotent producers keep their sequences; then its flusher starts.
 
-The sync that follows publishes the new owner, and clients move their produce there.
+The sync that follows publishes the new owner, and clients move their produce there. A
+segment taken whose opening fails (the object store down while its tail is restored) stays
+this node's and is opened again each round until it works (`Unadopted`).
 """
 
 from __future__ import annotations
@@ -30,12 +32,14 @@ import trio
 
 from ..cluster.events import EVENTS, ClusterEvent
 from ..cluster.view import CLUSTER
+from ..failure_log import FailureLog
 from ..segments.log import parse_log_file_name
 from ..stream.handover import load_partition
 from ..stream.recovery import replay_segment
 from ..wal.restore import restore_segment
 
 if TYPE_CHECKING:
+    from ..metadata import OpenSegment
     from ..metadata.postgres import PostgresMetadataStore
     from ..store import StreamStore
     from ..stream import Stream
@@ -51,12 +55,39 @@ def taker(topic: str, segment_id: int, live: list[int]) -> int:
     return nodes[zlib.crc32(f"{topic}/{segment_id}".encode()) % len(nodes)]
 
 
+class Unadopted:
+    """Segments this node took over (the database names it the owner) but could not open
+    yet, e.g. the object store was down while it restored their tails: tried again each
+    round, since no other node will take them while this one's lease is live."""
+
+    def __init__(self) -> None:
+        self.segments: dict[tuple[str, int], tuple[OpenSegment, float]] = {}
+        # the first failure with its traceback, then a line now and then with the count
+        self.failures = FailureLog("", log, every_s=10.0)
+
+
 async def take_over_orphans(
-    store: StreamStore, db: PostgresMetadataStore, call: Call, me: int, live: list[int]
+    store: StreamStore,
+    db: PostgresMetadataStore,
+    call: Call,
+    me: int,
+    live: list[int],
+    unadopted: Unadopted,
 ) -> None:
-    """Take the expired nodes' open segments that fall to this node."""
+    """Take the expired nodes' open segments that fall to this node, and open those taken
+    earlier whose opening failed."""
     if store.wal is None or me not in live:
         return
+    for key, (row, started) in list(unadopted.segments.items()):
+        stream = store.streams.get(row.topic)
+        opened = (
+            False if stream is None else await _opened(store, stream, row, db, call, me, unadopted)
+        )
+        if opened is not None:  # (None: try again next round)
+            del unadopted.segments[key]
+            _serve(row, True)
+        if opened:
+            _said(row, me, started)
     for row in await call(db.orphaned_segments):
         if taker(row.topic, row.segment_id, live) != me:
             continue
@@ -66,33 +97,79 @@ async def take_over_orphans(
         started = time.monotonic()
         if not await call(db.take_over_segment, row.topic, row.segment_id, row.owner_node, me):
             continue
-        try:
-            await _adopt(store, stream, row.segment_id, db, call)
-        except Exception:
-            log.exception("topic %s: taking over segment %d failed", row.topic, row.segment_id)
-            continue
-        EVENTS.record(
-            ClusterEvent(
-                "takeover",
-                row.topic,
-                (row.segment_id,),
-                row.owner_node,
-                (me,),
-                f"the lease of node {row.owner_node} expired"
-                f" (partitions {row.first_partition}-{row.last_partition})",
-                seconds=round(time.monotonic() - started, 4),
-            )
-        )
-        log.warning(
-            "topic %s: took over segment %d (partitions %d-%d) of node %d, whose lease "
-            "expired, in %.3f s",
+        opened = await _opened(store, stream, row, db, call, me, None)
+        if opened is None:
+            # the next sync names this node the leader: refuse its partitions until open
+            _serve(row, False)
+            unadopted.segments[(row.topic, row.segment_id)] = (row, started)
+        elif opened:
+            _said(row, me, started)
+
+
+async def _opened(
+    store: StreamStore,
+    stream: Stream,
+    row: OpenSegment,
+    db: PostgresMetadataStore,
+    call: Call,
+    me: int,
+    retry: Unadopted | None,
+) -> bool | None:
+    """Open a segment taken over: True when opened, False when there is nothing to open
+    (the topic or the segment gone, or no longer this node's), None when it failed (said:
+    the first time with its traceback, then through `retry`'s failure log) and must be
+    tried again."""
+    if stream.deleted:
+        return False
+    what = f"topic {row.topic}: opening segment {row.segment_id}, taken over,"
+    try:
+        opened = await _adopt(store, stream, row.segment_id, db, call, me)
+    except Exception as exc:
+        if retry is None:
+            log.exception("%s failed (tried again next round)", what)
+        else:
+            retry.failures.failed(what, exc, "trying again each round")
+        return None
+    if retry is not None:
+        retry.failures.succeeded(what)
+    return opened
+
+
+def _serve(row: OpenSegment, serve: bool) -> None:
+    """Serve the segment's partitions here again, or not (taken over, not yet open)."""
+    partitions = range(row.first_partition, row.last_partition + 1)
+    unopened = CLUSTER.unopened.setdefault(row.topic, set())
+    if serve:
+        unopened.difference_update(partitions)
+        if not unopened:
+            del CLUSTER.unopened[row.topic]
+    else:
+        unopened.update(partitions)
+
+
+def _said(row: OpenSegment, me: int, started: float) -> None:
+    EVENTS.record(
+        ClusterEvent(
+            "takeover",
             row.topic,
-            row.segment_id,
-            row.first_partition,
-            row.last_partition,
+            (row.segment_id,),
             row.owner_node,
-            time.monotonic() - started,
+            (me,),
+            f"the lease of node {row.owner_node} expired"
+            f" (partitions {row.first_partition}-{row.last_partition})",
+            seconds=round(time.monotonic() - started, 4),
         )
+    )
+    log.warning(
+        "topic %s: took over segment %d (partitions %d-%d) of node %d, whose lease "
+        "expired, in %.3f s",
+        row.topic,
+        row.segment_id,
+        row.first_partition,
+        row.last_partition,
+        row.owner_node,
+        time.monotonic() - started,
+    )
 
 
 def _bases(directory: str, segment_id: int) -> list[int]:
@@ -103,13 +180,19 @@ def _bases(directory: str, segment_id: int) -> list[int]:
 
 
 async def _adopt(
-    store: StreamStore, stream: Stream, segment_id: int, db: PostgresMetadataStore, call: Call
-) -> None:
+    store: StreamStore,
+    stream: Stream,
+    segment_id: int,
+    db: PostgresMetadataStore,
+    call: Call,
+    me: int,
+) -> bool:
     name = stream.name
     rows = await call(db.load_segments, name)
-    record = next((r.segment for r in rows if r.segment.segment_id == segment_id), None)
-    if record is None or store.object_store is None:
-        return
+    found = next((r for r in rows if r.segment.segment_id == segment_id), None)
+    if found is None or found.owner_node != me or store.object_store is None:
+        return False  # gone, or no longer this node's (moved on since an earlier try)
+    record = found.segment
     await restore_segment(
         db,
         store.object_store,
@@ -128,7 +211,7 @@ async def _adopt(
     open_txns = await call(db.load_open_txns, name)
     bases = await trio.to_thread.run_sync(_bases, stream.directory, segment_id)
     if stream.deleted or stream.spawn_flusher is None:
-        return
+        return False
     # Synchronous from here: no append or read of these partitions runs in between.
     old = stream.segments.get(segment_id)
     if old is not None:
@@ -171,3 +254,4 @@ async def _adopt(
             stream.request_reservation(partition)
     stream.spawn_flusher(segment)
     CLUSTER.set_segment_owner(name, segment_id, CLUSTER.node_id)
+    return True

@@ -6,7 +6,9 @@ back, it is handed a segment again by the node that led two, and every acknowled
 is there exactly once, offsets dense; a session node 1 left stopped inside a transaction
 (holding its row, no idle timeout running) is ended by the live nodes. Then a node is
 SIGKILLed with its data folder removed: nothing acknowledged is lost either way the
-race goes (the node back first, or a live node taking over first)."""
+race goes (the node back first, or a live node taking over first). And a takeover that
+meets an object-store outage (the tail cannot be restored) opens the segment once the
+store is back."""
 
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ from test_wal_object import _Load
 from cli.embedded_pg import url as pg_url
 from core.metadata.postgres import session_name
 from harness.nodes_cluster import NodesCluster, consecutive_free_ports
+from harness.proxy import OutageProxy
 
 pytestmark = requires_postgres
 PARTITIONS = 3
@@ -160,3 +163,49 @@ def test_a_killed_node_with_its_disk_gone_loses_nothing(cluster: NodesCluster) -
     load.finish()
     assert len(load.acked) > 500
     check_exactly_once(read_from_start(b2, topic, PARTITIONS), load.acked, load.sent)
+
+
+def test_a_takeover_that_meets_an_object_store_outage_opens_once_it_ends(
+    tmp_path: Path, outage_proxy: OutageProxy
+) -> None:
+    bucket = f"take-{uuid.uuid4().hex[:12]}"
+    args = ["--node-lease-s", "1", "--wal", "object", "--wal-flush-ms", "20"]
+    args += ["--tier2", f"s3://{bucket}/p", "--s3-endpoint", outage_proxy.endpoint]
+    cluster = NodesCluster(tmp_path / "nodes", 3, args)
+    cluster.start()
+    try:
+        b1, b2, b3 = cluster.bootstraps
+        topic = f"s3out-{uuid.uuid4().hex[:8]}"
+        admin = AdminClient({"bootstrap.servers": b2})
+        admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS)])[topic].result(10)
+        leaders = wait_until(lambda: _spread(b2, topic), 30)
+        lost = next(p for p, node in leaders.items() if node == 1)
+        load = _Load(
+            f"{b2},{b3}",
+            topic,
+            **{"request.timeout.ms": 3000, "topic.metadata.refresh.interval.ms": 1000},
+        )
+        time.sleep(1.5)
+        outage_proxy.down()
+        pid = cluster.node_pid(1)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            failed = rb"opening segment \d+, taken over, failed \(tried again next round\)"
+            wait_until(lambda: re.search(failed, cluster.log_since_start()), 30)
+            time.sleep(1.0)  # a few rounds more with the store down
+            acked_before = load.acked_in(lost)
+            outage_proxy.up()
+            wait_until(lambda: b"took over segment" in cluster.log_since_start(), 30)
+            wait_until(lambda: load.acked_in(lost) > acked_before + 50, 60)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        cluster.wait_restarted(1, pid)
+        time.sleep(1.0)
+        load.finish()
+        check_exactly_once(read_from_start(b2, topic, PARTITIONS), load.acked, load.sent)
+        # refused while not open: nothing was appended to the segment before its restore
+        # (such appends collide with the restored write-ahead ranges when recorded)
+        assert b"wal_ranges_pkey" not in cluster.log_since_start()
+        assert not load.failed, load.failed[:3]
+    finally:
+        cluster.close()
