@@ -84,9 +84,11 @@ def _events(cluster: NodesCluster, node: int, kind: str, topic: str) -> list[dic
     return [e for e in events if e["kind"] == kind and e["topic"] == topic]
 
 
-def test_a_frozen_node_is_taken_over_and_fenced(cluster: NodesCluster) -> None:
-    b1, b2, b3 = cluster.bootstraps
-    topic = f"take-{uuid.uuid4().hex[:8]}"
+def _spread_topic_under_load(cluster: NodesCluster, prefix: str) -> tuple[str, int, _Load]:
+    """A topic whose three partitions nodes 1, 2 and 3 lead one each, produced to through
+    nodes 2 and 3 for a while: (topic, the partition node 1 leads, the load)."""
+    b2, b3 = cluster.bootstraps[1:]
+    topic = f"{prefix}-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": b2})
     admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS)])[topic].result(10)
     # one answer that names the three leaders (an answer in between syncs may not yet)
@@ -100,6 +102,12 @@ def test_a_frozen_node_is_taken_over_and_fenced(cluster: NodesCluster) -> None:
         **{"request.timeout.ms": 3000, "topic.metadata.refresh.interval.ms": 1000},
     )
     time.sleep(1.5)
+    return topic, lost, load
+
+
+def test_a_frozen_node_is_taken_over_and_fenced(cluster: NodesCluster) -> None:
+    b1, b2, b3 = cluster.bootstraps
+    topic, lost, load = _spread_topic_under_load(cluster, "take")
     pid = cluster.node_pid(1)
     stuck = psycopg.connect(_pg_url(cluster), autocommit=True, application_name=session_name(1))
     os.kill(pid, signal.SIGSTOP)
@@ -174,18 +182,8 @@ def test_a_takeover_that_meets_an_object_store_outage_opens_once_it_ends(
     cluster = NodesCluster(tmp_path / "nodes", 3, args)
     cluster.start()
     try:
-        b1, b2, b3 = cluster.bootstraps
-        topic = f"s3out-{uuid.uuid4().hex[:8]}"
-        admin = AdminClient({"bootstrap.servers": b2})
-        admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS)])[topic].result(10)
-        leaders = wait_until(lambda: _spread(b2, topic), 30)
-        lost = next(p for p, node in leaders.items() if node == 1)
-        load = _Load(
-            f"{b2},{b3}",
-            topic,
-            **{"request.timeout.ms": 3000, "topic.metadata.refresh.interval.ms": 1000},
-        )
-        time.sleep(1.5)
+        b2 = cluster.bootstraps[1]
+        topic, lost, load = _spread_topic_under_load(cluster, "s3out")
         outage_proxy.down()
         pid = cluster.node_pid(1)
         os.kill(pid, signal.SIGSTOP)
