@@ -91,8 +91,8 @@ class PostgresEngine(Engine):
 
 
 def session_name(node_id: int | None) -> str:
-    """The `application_name` of a node's sessions: how a node taking over a dead node's
-    segments finds the transactions that node left open (`end_expired_sessions`)."""
+    """The `application_name` of a node's sessions: how live nodes find the transactions
+    a dead node left open (`end_expired_sessions`)."""
     return "streamgate" if node_id is None else f"streamgate node {node_id}"
 
 
@@ -101,8 +101,8 @@ def _connect(url: str, name: str) -> psycopg.Connection:
     # as long as it is frozen, and the node taking its segments over would wait as long: the
     # server ends such a session after 5 s, longer than any lease. Not one frozen in the
     # middle of a pipeline (psycopg's executemany), which the server does not count as idle:
-    # the taker ends those (`end_expired_sessions`). A server that does not answer fails the
-    # call after 5 s rather than stalling the metadata thread.
+    # the live nodes' syncs end those (`end_expired_sessions`). A server that does not answer
+    # fails the call after 5 s rather than stalling the metadata thread.
     return psycopg.connect(
         url,
         autocommit=True,
