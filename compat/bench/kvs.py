@@ -5,10 +5,11 @@ Starts Kafka (`harness.kafka.KafkaBroker`, KRaft, one node), a second Kafka that
 every message (`log.flush.interval.messages=1`, the broker-wide `flush.messages=1`:
 streamgate's durability) and a fresh streamgate (`harness.gateway.Gateway`), as the
 workloads need them, then runs every workload on its targets, alternating the targets run by
-run (the order rotates) so the machine's noise hits all of them, with every dirty page
-written back before each run (`os.sync`): Kafka acknowledges from the page cache, and its
-writeback would otherwise land on the fsyncs of whichever target runs next. Each figure is
-the median of the runs. Writes JSON (with provenance), a Markdown table and a PNG.
+run (the order rotates) so the machine's noise hits all of them. Each run starts with every
+server quiet and every dirty page written back (`wait_quiet`, then `os.sync`): what a target
+leaves behind (Kafka's page cache to write back, streamgate's tier-2 uploads of what it just
+took in) would otherwise land on whichever target runs next. Each figure is the median of
+the runs. Writes JSON (with provenance), a Markdown table and a PNG.
 
 A workload's `driver` picks the function below that executes it (`RUNNERS`); its other
 values (records, record size, rate, partitions, linger, batch size, acks...) parameterise it.
@@ -706,6 +707,42 @@ def server_pids(server: ManagedProcess) -> list[int]:
     return [server.pid] if server.pid else []
 
 
+# A server is quiet when it used at most this share of a core over a window; idle, Kafka
+# uses about 0.02 (its timers) and streamgate less.
+QUIET_CORES = 0.05
+QUIET_WINDOW_S = 1.0
+QUIET_MAX_S = 60.0
+
+
+def wait_quiet(started: dict[str, Target], quick: bool = False) -> Report:
+    """Wait until every server is quiet over one window (at most `QUIET_MAX_S`): the
+    seconds waited, whether they all got quiet, and the CPU seconds each used meanwhile
+    (work a run left behind, counted in no run's figures)."""
+    window = QUIET_WINDOW_S / 4 if quick else QUIET_WINDOW_S
+    pids = {name: server_pids(t.server) for name, t in started.items()}
+
+    def used(name: str) -> float:
+        return sum(proc_cpu_seconds(p) or 0.0 for p in pids[name])
+
+    began = time.perf_counter()
+    spent = dict.fromkeys(pids, 0.0)
+    while True:
+        before = {name: used(name) for name in pids}
+        time.sleep(window)
+        busy = False
+        for name in pids:
+            cpu = used(name) - before[name]
+            spent[name] += cpu
+            busy = busy or cpu > QUIET_CORES * window
+        waited = time.perf_counter() - began
+        if not busy or waited >= (QUIET_MAX_S / 10 if quick else QUIET_MAX_S):
+            return {
+                "waited_s": round(waited, 2),
+                "quiet": not busy,
+                "cpu_s": {name: round(cpu, 2) for name, cpu in spent.items()},
+            }
+
+
 def cpu_meter(server: ManagedProcess) -> CpuMeter:
     """CPU of the server and of this benchmark with the Java tools it ran: which side was
     the limit of a workload (`.read().cores()`)."""
@@ -816,6 +853,7 @@ def run_all(
             order = order[run % len(order) :] + order[: run % len(order)]  # rotate per run
             for name in order:
                 display.log(f"run {run + 1}/{o.runs}: {w.name} on {name}")
+                quiet = wait_quiet(started, o.quick)
                 # Write back every dirty page first: a target that acknowledges from the page
                 # cache leaves gigabytes behind, and the next target's fsyncs would pay for
                 # their writeback (ext4 commits them with its journal).
@@ -831,6 +869,7 @@ def run_all(
                 result["cpu"] = cpu.read().cores()
                 result["wall_s"] = round(time.perf_counter() - started_at, 2)
                 result["writeback_before_s"] = round(sync_s, 2)
+                result["quiet_before"] = quiet
                 if not result.get("ok"):
                     display.log(f"  FAILED: {str(result.get('error', ''))[:300]}")
                 results.setdefault(w.name, {}).setdefault(name, []).append(result)
