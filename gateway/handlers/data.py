@@ -306,12 +306,21 @@ def fetch(
     The first read is tried now, synchronously: when it is enough (or the wait is zero) and
     its batches are all in memory, the answer is returned `Answered`, with no task or
     thread hop. When it is not enough, the waiters go on the partitions in the same step,
-    so data that arrives before the returned coroutine starts still wakes it.
+    so data that arrives before the returned coroutine starts still wakes it. A long poll
+    whose partitions are all at their ends (a consumer at the tail) skips that first read.
+
     """
     max_wait_s = body.max_wait.total_seconds()
     max_bytes = getattr(body, "max_bytes", 0x7FFFFFFF)
     read_committed = getattr(body, "isolation_level", 0) == _READ_COMMITTED
     deadline = trio.current_time() + max(0.0, max_wait_s)
+    if max_wait_s > 0 and body.min_bytes > 0 and _caught_up(ctx, body, read_committed):
+        # A consumer at the tail (the usual long poll): a first read would find nothing,
+        # so the waiters go on at once and the only read is the one after the wake-up.
+        at_tail = _watch(ctx, body)
+        return _LongPoll(
+            _fetch(ctx, header, body, max_bytes, read_committed, deadline, at_tail), at_tail
+        )
     first = _read_fetch_now(ctx, body, max_bytes, read_committed)
     watching: _Watch | None = None
     if first is not None:
@@ -529,6 +538,28 @@ def _fetch_topic(ctx: GatewayContext, topic: Any) -> tuple[str | uuid.UUID, Topi
         topic_id = topic.topic_id or uuid.UUID(int=0)
         return topic_id, ctx.store.topic_by_id(topic_id)
     return topic.topic, ctx.store.get(topic.topic)
+
+
+def _caught_up(ctx: GatewayContext, body: Any, read_committed: bool) -> bool:
+    """Whether every fetched partition is known, led here and at the end of what it may
+    read, so that a read now would answer nothing new and no error. False whenever in
+    doubt (an authorizer too: its checks stay with the read)."""
+    if ctx.authorizer is not None:
+        return False
+    for topic in body.topics:
+        _, stream = _fetch_topic(ctx, topic)
+        if stream is None:
+            return False
+        name = stream.name
+        for part in topic.partitions:
+            index = part.partition
+            if not stream.has_partition(index) or not CLUSTER.is_local(name, index):
+                return False
+            partition = stream.partition(index)
+            end = partition.last_stable_offset if read_committed else partition.high_watermark
+            if part.fetch_offset != end or end < partition.log_start_offset:
+                return False
+    return True
 
 
 def _watch(ctx: GatewayContext, body: Any) -> _Watch:
