@@ -718,7 +718,9 @@ def wait_quiet(started: dict[str, Target], quick: bool = False) -> Report:
     """Wait until every server is quiet over one window (at most `QUIET_MAX_S`): the
     seconds waited, whether they all got quiet, and the CPU seconds each used meanwhile
     (work a run left behind, counted in no run's figures)."""
-    window = QUIET_WINDOW_S / 4 if quick else QUIET_WINDOW_S
+    window, limit = (
+        (QUIET_WINDOW_S / 4, QUIET_MAX_S / 10) if quick else (QUIET_WINDOW_S, QUIET_MAX_S)
+    )
     pids = {name: server_pids(t.server) for name, t in started.items()}
 
     def used(name: str) -> float:
@@ -735,7 +737,7 @@ def wait_quiet(started: dict[str, Target], quick: bool = False) -> Report:
             spent[name] += cpu
             busy = busy or cpu > QUIET_CORES * window
         waited = time.perf_counter() - began
-        if not busy or waited >= (QUIET_MAX_S / 10 if quick else QUIET_MAX_S):
+        if not busy or waited >= limit:
             return {
                 "waited_s": round(waited, 2),
                 "quiet": not busy,

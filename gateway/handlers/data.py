@@ -308,16 +308,16 @@ def fetch(
     thread hop. When it is not enough, the waiters go on the partitions in the same step,
     so data that arrives before the returned coroutine starts still wakes it. A long poll
     whose partitions are all at their ends (a consumer at the tail) skips that first read.
-
     """
     max_wait_s = body.max_wait.total_seconds()
     max_bytes = getattr(body, "max_bytes", 0x7FFFFFFF)
     read_committed = getattr(body, "isolation_level", 0) == _READ_COMMITTED
     deadline = trio.current_time() + max(0.0, max_wait_s)
-    if max_wait_s > 0 and body.min_bytes > 0 and _caught_up(ctx, body, read_committed):
+    at_end = _at_end(ctx, body, read_committed) if max_wait_s > 0 and body.min_bytes > 0 else None
+    if at_end is not None:
         # A consumer at the tail (the usual long poll): a first read would find nothing,
         # so the waiters go on at once and the only read is the one after the wake-up.
-        at_tail = _watch(ctx, body)
+        at_tail = _watch_on(at_end)
         return _LongPoll(
             _fetch(ctx, header, body, max_bytes, read_committed, deadline, at_tail), at_tail
         )
@@ -540,42 +540,49 @@ def _fetch_topic(ctx: GatewayContext, topic: Any) -> tuple[str | uuid.UUID, Topi
     return topic.topic, ctx.store.get(topic.topic)
 
 
-def _caught_up(ctx: GatewayContext, body: Any, read_committed: bool) -> bool:
-    """Whether every fetched partition is known, led here and at the end of what it may
-    read, so that a read now would answer nothing new and no error. False whenever in
-    doubt (an authorizer too: its checks stay with the read)."""
+def _at_end(ctx: GatewayContext, body: Any, read_committed: bool) -> list[PartitionView] | None:
+    """The fetched partitions when every one is known, led here and at the end of what it
+    may read, so that a read now would answer nothing new and no error; else None (and
+    whenever in doubt: with an authorizer too, whose checks stay with the read)."""
     if ctx.authorizer is not None:
-        return False
+        return None
+    found = []
     for topic in body.topics:
         _, stream = _fetch_topic(ctx, topic)
         if stream is None:
-            return False
+            return None
         name = stream.name
         for part in topic.partitions:
             index = part.partition
             if not stream.has_partition(index) or not CLUSTER.is_local(name, index):
-                return False
+                return None
             partition = stream.partition(index)
             end = partition.last_stable_offset if read_committed else partition.high_watermark
             if part.fetch_offset != end or end < partition.log_start_offset:
-                return False
-    return True
+                return None
+            found.append(partition)
+    return found
 
 
 def _watch(ctx: GatewayContext, body: Any) -> _Watch:
     """An event set when any fetched partition gets new data, its waiters in place."""
-    event = trio.Event()
-    watched = []
+    partitions = []
     for topic in body.topics:
         _, stream = _fetch_topic(ctx, topic)
         if stream is None:
             continue
         for part in topic.partitions:
             if stream.has_partition(part.partition):
-                partition = stream.partition(part.partition)
-                partition.add_waiter(event)
-                watched.append(partition)
-    return event, watched
+                partitions.append(stream.partition(part.partition))
+    return _watch_on(partitions)
+
+
+def _watch_on(partitions: list[PartitionView]) -> _Watch:
+    """An event set when any of `partitions` gets new data, its waiters in place."""
+    event = trio.Event()
+    for partition in partitions:
+        partition.add_waiter(event)
+    return event, partitions
 
 
 async def _wait_for_data(watching: _Watch, deadline: float) -> bool:
