@@ -64,6 +64,13 @@ _PIPELINE_S = 0.05
 # Native writes into the open file at once: the next group goes out while the previous
 # one syncs (the file system commits them together) instead of queueing behind it.
 _NATIVE_IN_FLIGHT = 2
+# A small native write that grows its file carries this many zero bytes after it. The
+# writes that land in those zeros change no file size or block map, so their RWF_DSYNC
+# waits for the data alone, not for a journal commit too (measured on ext4: 1-2 KB writes
+# 0.16-0.19 -> 0.08-0.12 ms). Only small groups: a large one's sync is mostly its data,
+# and the padded write costs 0.5 ms where it falls (once per ~100 small groups).
+_ZERO_PAD = bytes(256 << 10)
+_PAD_GROUPS_UP_TO = 16 << 10
 
 
 # Recently fsync'd batches stay in memory (all logs together up to this many bytes, oldest
@@ -185,6 +192,9 @@ class LogFile:
     path: str
     fd: int
     size: int  # durable bytes in the file
+    # Bytes from the file's start already on disk, entries or zero padding (see _ZERO_PAD):
+    # a write ending at or below this grows nothing. Replay cuts the zeros after the end.
+    zeroed: int = 0
     opened_at: float = -1.0  # trio clock when the file got its first entry; -1: unknown
     closed: bool = False  # rolled: complete, durable, ready to become a chunk
     uploaded: bool = False  # its chunk is confirmed in tier 2: the file may be trimmed
@@ -214,6 +224,7 @@ class _InFlight:
     batch: list[PendingAppend]
     start: int
     file: LogFile
+    padded: bool = False  # zeros follow its entries: nothing may be written after it yet
 
 
 @dataclass(slots=True)
@@ -351,6 +362,9 @@ class SegmentLog:
         self._flusher_on_wake = False
         self._thread_writing = False  # a flush thread writes (and takes from the queue)
         self._send_at_end = False  # listed to send when `appends_sent_together` ends
+        # Zero padding (see _ZERO_PAD) until a write fails: near a full disk the zeros
+        # could be what no longer fits.
+        self._padding = True
         # position -> batch bytes of recently durable entries (see _RecentBatches)
         self._recent: dict[int, bytes | bytearray | memoryview] = {}
 
@@ -372,7 +386,11 @@ class SegmentLog:
                 valid = entry.position - f.base + len(entry.batch)
                 yield entry
             if valid < f.size:
-                log.warning("%s: cutting %d bytes of torn or corrupt tail", f.path, f.size - valid)
+                if data.count(0, valid) == f.size - valid:  # the zero padding of a write
+                    log.debug("%s: cutting %d bytes of zeros", f.path, f.size - valid)
+                else:
+                    cut = f.size - valid
+                    log.warning("%s: cutting %d bytes of torn or corrupt tail", f.path, cut)
                 os.ftruncate(f.fd, valid)
                 os.fsync(f.fd)
                 f.size = valid
@@ -610,7 +628,7 @@ class SegmentLog:
         return (
             len(in_flight) < _NATIVE_IN_FLIGHT
             and active is not None
-            and (not in_flight or in_flight[0].file is active)
+            and (not in_flight or (in_flight[0].file is active and not in_flight[-1].padded))
             and not self._roll_due()
         )
 
@@ -648,8 +666,15 @@ class SegmentLog:
         start = in_flight[-1].batch[-1].end if in_flight else self.durable_size
         if self._wake is None:
             self._wake = durable_writer.WakeFd()
-        write = native.submit(active.fd, buffers, start - active.base, self._wake.fd)
-        in_flight.append(_InFlight(write, buffers, batch, start, active))
+        offset = start - active.base
+        end = batch[-1].end - active.base
+        pieces = buffers
+        padded = self._padding and end > active.zeroed and end - offset <= _PAD_GROUPS_UP_TO
+        if padded:  # (the writes in flight end below `offset`: none overlaps the zeros)
+            pieces = [*buffers, _ZERO_PAD]
+            active.zeroed = end + len(_ZERO_PAD)
+        write = native.submit(active.fd, pieces, offset, self._wake.fd)
+        in_flight.append(_InFlight(write, buffers, batch, start, active, padded))
 
     async def _next_native_step(self, in_flight: deque[_InFlight]) -> None:
         """Finish the oldest write if it is done, else send what was queued meanwhile (at
@@ -798,8 +823,10 @@ class SegmentLog:
         log.error("%s: write failed at %d: %s", self.directory, start, exc)
         failed = batch + self._queued
         self._queued_buffers, self._queued = [], []
+        self._padding = False
         active = self._active
         if active is not None:
+            active.zeroed = min(active.zeroed, start - active.base)
             try:
                 os.ftruncate(active.fd, start - active.base)
             except OSError as trunc_exc:  # the cut is redone by replay on the next start

@@ -1,7 +1,8 @@
 """The segment log's flusher with two native writes in flight: groups become durable in log
 order whichever write finishes first, and a failed write fails the group after it too (even
 one that was written), cuts the file back to where it started, and replay finds only what
-was reported durable.
+was reported durable. A small write that grows the file carries zero padding, goes out
+alone, and replay cuts the zeros quietly.
 
 The native module is replaced by one whose writes the test finishes, in the order it picks
 (the real one's ordering is the kernel's); what they write goes to the file for real.
@@ -46,9 +47,11 @@ class _HeldWrites:
         self.fail = fail  # numbers of the writes that fail (nothing written)
         self.ended_at_once = ended_at_once
         self.writes: list[_Write] = []
+        self.pieces: list[list[int]] = []  # each write's piece lengths
 
     def submit(self, fd: int, buffers: list[Any], position: int, wake_fd: int) -> _Write:
         number = len(self.writes)
+        self.pieces.append([len(b) for b in buffers])
         if number not in self.fail:
             os.pwritev(fd, buffers, position)
         write = _Write(wake_fd, errno.EIO if number in self.fail else 0)
@@ -76,8 +79,12 @@ def _replayed(path: Path) -> list[bytes]:
         log.release()
 
 
-def _run(path: Path, fake: _HeldWrites, script: Any, monkeypatch: Any) -> SegmentLog:
+def _run(
+    path: Path, fake: _HeldWrites, script: Any, monkeypatch: Any, pad: bool = False
+) -> SegmentLog:
     monkeypatch.setattr(durable_writer, "NATIVE", fake)
+    if not pad:  # the order tests want every small write free to go out beside another
+        monkeypatch.setattr(seglog, "_PAD_GROUPS_UP_TO", 0)
     durable: list[PendingAppend] = []
     failed: list[PendingAppend] = []
     log = _open_log(path, durable, failed)
@@ -238,3 +245,59 @@ def test_nothing_is_sent_natively_while_a_flush_thread_writes(
 
     _run(tmp_path, fake, script, monkeypatch)
     assert _replayed(tmp_path) == [b"A", b"B", b"D" * 10, b"E" * 10, b"C" * 10]
+
+
+def test_a_small_write_that_grows_the_file_carries_zeros_and_goes_out_alone(
+    tmp_path: Path, monkeypatch: Any, caplog: Any
+) -> None:
+    fake = _HeldWrites(fail=set())
+    pad = len(seglog._ZERO_PAD)
+
+    async def script(log: SegmentLog, durable: list, failed: list) -> None:
+        log.append(0, b"kept", None)  # a new file, by a flush thread
+        await _until(lambda: len(durable) == 1)
+        log.append(0, b"grows", None)
+        await _until(lambda: len(fake.writes) == 1)
+        assert fake.pieces[0][-1] == pad  # the entry, then the zeros
+        log.append(1, b"inside", None)
+        await trio.sleep(0.05)
+        assert len(fake.writes) == 1  # not beside a write whose zeros it would land in
+        fake.writes[0].finish()
+        await _until(lambda: len(fake.writes) == 2)
+        assert pad not in fake.pieces[1]  # it lands in the zeros: nothing grows
+        fake.writes[1].finish()
+        await _until(lambda: len(durable) == 3)
+        assert not failed
+
+    log = _run(tmp_path, fake, script, monkeypatch, pad=True)
+    (name,) = [n for n in os.listdir(tmp_path) if seglog.parse_log_file_name(n)]
+    grows_end = log.files[0].size - (seglog.ENTRY_HEADER.size + len(b"inside"))
+    assert os.path.getsize(tmp_path / name) == grows_end + pad
+    with caplog.at_level("WARNING", logger="core.segments.log"):
+        assert _replayed(tmp_path) == [b"kept", b"grows", b"inside"]
+    assert "torn or corrupt" not in caplog.text  # the zeros are cut without a warning
+    assert os.path.getsize(tmp_path / name) == log.files[0].size
+
+
+def test_after_a_failed_write_the_log_writes_without_zeros(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    fake = _HeldWrites(fail={0})
+    pad = len(seglog._ZERO_PAD)
+
+    async def script(log: SegmentLog, durable: list, failed: list) -> None:
+        log.append(0, b"kept", None)
+        await _until(lambda: len(durable) == 1)
+        log.append(0, b"lost", None)
+        await _until(lambda: len(fake.writes) == 1)
+        fake.writes[0].finish()
+        await _until(lambda: len(failed) == 1)
+        log.append(0, b"after", None)  # near a full disk the zeros may be what fails
+        await _until(lambda: len(fake.writes) == 2)
+        assert fake.pieces[0][-1] == pad
+        assert pad not in fake.pieces[1]
+        fake.writes[1].finish()
+        await _until(lambda: len(durable) == 2)
+
+    _run(tmp_path, fake, script, monkeypatch, pad=True)
+    assert _replayed(tmp_path) == [b"kept", b"after"]
