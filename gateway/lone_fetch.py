@@ -2,22 +2,18 @@
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import math
 
 import trio
 
 from core.partition import call_after_pass
-from gateway.connection import IdleTimer, ResponseSlot, Sequencer, encode_answer, send_whole_now
+from gateway.connection import AnsweredInPlace, IdleTimer, ResponseSlot, Sequencer, encode_answer
 from gateway.handlers.data import LongPoll
 from gateway.lean_stream import LeanSocketStream
 from kafkawire.codec import RequestHeader
 
-log = logging.getLogger(__name__)
 
-
-class LoneFetch:
+class LoneFetch(AnsweredInPlace):
     """A long-poll Fetch answered in place when its partitions get data, or at its deadline.
 
     With nothing else in flight on a plain TCP connection (a consumer at the tail: the
@@ -29,7 +25,7 @@ class LoneFetch:
     tier 2, a partial send, a closed socket, a failed read) goes to the writer, which then
     owns the slot. The connection's `FetchTimer` answers it at its deadline."""
 
-    __slots__ = ("slot", "header", "poll", "active", "_stream", "_order", "_idle", "_slots")
+    __slots__ = ("poll", "active")
 
     def __init__(
         self,
@@ -41,14 +37,9 @@ class LoneFetch:
         idle: IdleTimer,
         slots: trio.MemorySendChannel[ResponseSlot],
     ) -> None:
-        self.slot = slot
-        self.header = header
+        super().__init__(stream, header, slot, order, idle, slots)
         self.poll = poll
         self.active = True
-        self._stream = stream
-        self._order = order
-        self._idle = idle
-        self._slots = slots
 
     def start(self, timer: FetchTimer) -> None:
         """Wait on the poll's partitions in its place, and for the deadline on `timer`."""
@@ -77,32 +68,15 @@ class LoneFetch:
                 return
             slot.fill(encode_answer(self.header, response))
         except Exception:
-            log.exception("handler failed; closing the connection")
-            slot.fill(None, close_connection=True)
-            self._hand_over()
+            self._failed()
             return
-        try:
-            whole = send_whole_now(self._stream, slot)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            whole = False  # the writer meets the same error and ends the connection
-        if whole:
-            self._order.settled()
-            self._idle.response_sent()
-        else:
-            self._hand_over()
+        self._send_filled()
 
     def close(self) -> None:
         """The connection ended first: off the partitions, never answered."""
         if self.active:
             self.active = False
             self.poll.stop_waiting(self)
-
-    def _hand_over(self) -> None:
-        # Nothing else is in flight: nothing blocks, and a closed channel means the
-        # connection has ended.
-        ended = (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError)
-        with contextlib.suppress(*ended):
-            self._slots.send_nowait(self.slot)
 
 
 class FetchTimer:

@@ -14,9 +14,11 @@ from typing import Any
 
 import trio
 import trio.testing
+from support.in_place import FakeSocket as _Socket
+from support.in_place import OneInFlight
 
 from core.partition import Partition, call_after_pass, hold_wakes, release_wakes
-from gateway.connection import IdleTimer, ResponseSlot, Sequencer, encode_answer
+from gateway.connection import encode_answer
 from gateway.lone_fetch import FetchTimer, LoneFetch
 from kafkawire.apis import ApiKey
 from kafkawire.codec import RequestHeader
@@ -61,32 +63,11 @@ class _Poll:
         return read()
 
 
-class _Socket:
-    """A socket that takes `room` bytes per send (all when None), or is closed."""
-
-    def __init__(self, room: int | None = None, closed: bool = False) -> None:
-        self.room = room
-        self.closed = closed
-        self.sent: list[bytes] = []
-
-    def send_now(self, data: bytes) -> int:
-        if self.closed:
-            raise trio.ClosedResourceError("the stream is closed")
-        taken = data if self.room is None else data[: self.room]
-        self.sent.append(bytes(taken))
-        return len(taken)
-
-
-class _Connection:
+class _Connection(OneInFlight):
     """A connection's state with one long-poll Fetch started and waiting in place."""
 
     def __init__(self, poll: _Poll, socket: _Socket, timer: FetchTimer | None = None) -> None:
-        self.order = Sequencer()
-        self.idle = IdleTimer(60_000)
-        self.send, self.receive = trio.open_memory_channel[ResponseSlot](8)
-        self.slot = ResponseSlot()
-        self.order.started(False)
-        self.idle.request_started()
+        super().__init__(produce=False)
         self.lone = LoneFetch(
             socket,  # type: ignore[arg-type]  # what it uses of a LeanSocketStream
             _HEADER,
@@ -97,18 +78,6 @@ class _Connection:
             self.send,
         )
         self.lone.start(timer or FetchTimer())
-
-    def handed_over(self) -> list[ResponseSlot]:
-        out = []
-        while True:
-            try:
-                out.append(self.receive.receive_nowait())
-            except trio.WouldBlock:
-                return out
-
-    @property
-    def settled(self) -> bool:
-        return self.order.unsettled == 0 and self.idle.in_flight == 0
 
 
 def _whole() -> bytes:
