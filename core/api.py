@@ -18,6 +18,8 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Protocol
 
+import trio
+
 from .errors import ErrorCode
 from .metadata import CommittedOffset, SegmentRecord, TxnRecord
 
@@ -109,12 +111,6 @@ class PendingRead(Protocol):
 # --- the interface -----------------------------------------------------------------------
 
 
-class Waiter(Protocol):
-    """What waits for a partition's data: a trio.Event, or an object answering in place."""
-
-    def set(self) -> None: ...
-
-
 class PartitionView(Protocol):
     """One virtual partition's offsets, and a way to wait for new data."""
 
@@ -138,11 +134,10 @@ class PartitionView(Protocol):
         """Bytes the partition holds: tier-1 batches plus tier-2 slices older than them."""
         ...
 
-    def add_waiter(self, event: Waiter) -> None:
-        """Set `event` (a trio.Event, or anything with `set()`) the next time the high
-        watermark moves or the partition goes away."""
+    def add_waiter(self, event: trio.Event) -> None:
+        """Set `event` the next time the high watermark moves or the partition goes away."""
 
-    def remove_waiter(self, event: Waiter) -> None: ...
+    def remove_waiter(self, event: trio.Event) -> None: ...
 
 
 class Topic(Protocol):

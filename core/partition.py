@@ -8,22 +8,17 @@ an idle partition costs a few hundred bytes.
 from __future__ import annotations
 
 import bisect
-import logging
 from array import array
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import TYPE_CHECKING
+
+import trio
 
 from .errors import ErrorCode
 from .metadata import ChunkSlice
 from .recordbatch import BatchHeader
 from .txn.partition_state import AbortedTxn, PartitionTxns
-
-if TYPE_CHECKING:
-    from .api import Waiter
-
-log = logging.getLogger(__name__)
 
 INT32_MAX = 2**31 - 1
 # Like Kafka: the last five batches per producer are remembered to answer retried duplicates.
@@ -129,7 +124,7 @@ class Partition:
         # Appended since this process started (the scaler balances splits with them).
         self.bytes_in = 0
         self.records_in = 0
-        self._waiters: set[Waiter] | None = None
+        self._waiters: set[trio.Event] | None = None
         # Offset reservation (core/stream/reservations.py): offsets at or above `reserved`
         # are not covered by the metadata store yet, so an append ending above it is
         # neither acknowledged nor visible (`deferred`, in offset order) until the
@@ -520,54 +515,17 @@ class Partition:
             self.wake_waiters()
 
     def wake_waiters(self) -> None:
-        waiters, self._waiters = self._waiters, None
-        if waiters:  # (taken first: a waiter may take itself off other partitions)
-            for waiter in waiters:
-                waiter.set()
+        if self._waiters:
+            for event in self._waiters:
+                event.set()
+            self._waiters = None
 
-    def add_waiter(self, event: Waiter) -> None:
+    def add_waiter(self, event: trio.Event) -> None:
         """Set `event` the next time the high watermark moves or the partition goes away."""
         if self._waiters is None:
             self._waiters = set()
         self._waiters.add(event)
 
-    def remove_waiter(self, event: Waiter) -> None:
+    def remove_waiter(self, event: trio.Event) -> None:
         if self._waiters:
             self._waiters.discard(event)
-
-
-# Calls put off until the durability pass that woke them ends (`hold_wakes`), or None.
-_held: list[Callable[[], None]] | None = None
-
-
-def hold_wakes() -> list[Callable[[], None]] | None:
-    """Start a pass whose waiters answering in place (`call_after_pass`) wait for its end:
-    every partition of a group commit is visible and its producers answered first. Returns
-    what `release_wakes` takes back (an enclosing pass's list)."""
-    global _held
-    outer = _held
-    if outer is None:
-        _held = []
-    return outer
-
-
-def release_wakes(outer: list[Callable[[], None]] | None) -> None:
-    """End the pass `hold_wakes` began: the outermost one makes the calls put off."""
-    global _held
-    if outer is not None:
-        return
-    calls, _held = _held, None
-    for call in calls or ():
-        try:
-            call()
-        except Exception:  # one waiter's failure must not lose the others' wake-ups
-            log.exception("a woken waiter failed")
-
-
-def call_after_pass(call: Callable[[], None]) -> bool:
-    """Put `call` off to the end of the durability pass under way; False if there is none
-    (the caller calls it now)."""
-    if _held is None:
-        return False
-    _held.append(call)
-    return True

@@ -4,8 +4,6 @@ requests started and not settled, the idle timer, and responses framed for sendi
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import struct
 from collections.abc import Awaitable
 from typing import Any
@@ -16,8 +14,6 @@ from gateway.lean_stream import LeanSocketStream
 from kafkawire.apis import ApiKey
 from kafkawire.codec import RequestHeader, encode_response
 from kafkawire.produce_response import encode_produce_response
-
-log = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
 
@@ -176,55 +172,3 @@ def send_whole_now(stream: LeanSocketStream, slot: ResponseSlot) -> bool:
     if sent:
         slot.payload = payload[sent:]
     return False
-
-
-class AnsweredInPlace:
-    """A request answered where its wait ends, not by the writer task, on a connection
-    with nothing else in flight: the filled slot goes out with one non-blocking send, or,
-    where it cannot (a partial send, a closed socket, a failure), to the writer, which
-    then owns the slot. Subclasses fill the slot."""
-
-    __slots__ = ("slot", "header", "_stream", "_order", "_idle", "_slots")
-
-    def __init__(
-        self,
-        stream: LeanSocketStream,
-        header: RequestHeader,
-        slot: ResponseSlot,
-        order: Sequencer,
-        idle: IdleTimer,
-        slots: trio.MemorySendChannel[ResponseSlot],
-    ) -> None:
-        self.slot = slot
-        self.header = header
-        self._stream = stream
-        self._order = order
-        self._idle = idle
-        self._slots = slots
-
-    def _send_filled(self) -> None:
-        try:
-            whole = send_whole_now(self._stream, self.slot)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            whole = False  # the writer meets the same error and ends the connection
-        if whole:
-            self._settled()
-        else:
-            self._hand_over()
-
-    def _settled(self) -> None:
-        self._order.settled()
-        self._idle.response_sent()
-
-    def _failed(self) -> None:
-        """Called in an `except` block: the answer failed, the writer closes the connection."""
-        log.exception("handler failed; closing the connection")
-        self.slot.fill(None, close_connection=True)
-        self._hand_over()
-
-    def _hand_over(self) -> None:
-        # The window is empty (this was the only request in flight): nothing blocks, and a
-        # closed channel means the connection has ended.
-        ended = (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError)
-        with contextlib.suppress(*ended):
-            self._slots.send_nowait(self.slot)

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
+
 import trio
 
-from gateway.connection import AnsweredInPlace, IdleTimer, ResponseSlot, Sequencer, encode_answer
+from gateway.connection import IdleTimer, ResponseSlot, Sequencer, encode_answer, send_whole_now
 from gateway.handlers.data import ProduceOutcome
 from gateway.lean_stream import LeanSocketStream
 from kafkawire.codec import RequestHeader
 
+log = logging.getLogger(__name__)
 
-class LoneProduce(AnsweredInPlace):
+
+class LoneProduce:
     """A Produce answered by the task that makes its appends durable, not by the writer.
 
     With nothing else in flight on a plain TCP connection (a producer that waits for each
@@ -21,7 +26,17 @@ class LoneProduce(AnsweredInPlace):
     which then owns the slot; so is the whole request when the reader reads another one
     first (`to_writer`), so that responses keep their order."""
 
-    __slots__ = ("outcome", "remaining", "active")
+    __slots__ = (
+        "slot",
+        "header",
+        "outcome",
+        "remaining",
+        "active",
+        "_stream",
+        "_order",
+        "_idle",
+        "_slots",
+    )
 
     def __init__(
         self,
@@ -33,10 +48,15 @@ class LoneProduce(AnsweredInPlace):
         idle: IdleTimer,
         slots: trio.MemorySendChannel[ResponseSlot],
     ) -> None:
-        super().__init__(stream, header, slot, order, idle, slots)
+        self.slot = slot
+        self.header = header
         self.outcome = outcome
         self.remaining = 0
         self.active = True
+        self._stream = stream
+        self._order = order
+        self._idle = idle
+        self._slots = slots
 
     def start(self) -> bool:
         """Ask each pending append to report its end; False: the writer must answer it."""
@@ -67,14 +87,34 @@ class LoneProduce(AnsweredInPlace):
                 return
             slot.fill(encode_answer(self.header, response))
         except Exception:
-            self._failed()
+            log.exception("handler failed; closing the connection")
+            slot.fill(None, close_connection=True)
+            self._hand_over()
             return
         if slot.payload is None:  # acks=0: settled once durable, never answered
             self._settled()
             return
-        self._send_filled()
+        try:
+            whole = send_whole_now(self._stream, slot)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            whole = False  # the writer meets the same error and ends the connection
+        if whole:
+            self._settled()
+        else:
+            self._hand_over()
 
     def _writer_awaits(self) -> None:
         self.slot.pending = (self.header, self.outcome)
         self.slot.set_done()
         self._hand_over()
+
+    def _settled(self) -> None:
+        self._order.settled()
+        self._idle.response_sent()
+
+    def _hand_over(self) -> None:
+        # The window is empty (this was the only request in flight): nothing blocks, and a
+        # closed channel means the connection has ended.
+        ended = (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError)
+        with contextlib.suppress(*ended):
+            self._slots.send_nowait(self.slot)

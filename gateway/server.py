@@ -14,8 +14,7 @@ request order synchronously, so it shares the earlier ones' group commit, and it
 after them (one log's commits finish in order; the writer settles responses in order).
 
 A connection's bookkeeping (response slots, the sequencer, the idle timer, framing) lives in
-`gateway.connection`; a lone Produce answered where its appends end, in `gateway.lone_produce`;
-a lone long-poll Fetch answered where its data lands, in `gateway.lone_fetch`.
+`gateway.connection`; a lone Produce answered where its appends end, in `gateway.lone_produce`.
 """
 
 from __future__ import annotations
@@ -57,11 +56,10 @@ from gateway.handlers import (
 )
 from gateway.handlers import security as security_handlers
 from gateway.handlers.context import CLIENT_HOST, LISTENER, PRINCIPAL, GatewayContext
-from gateway.handlers.data import Answered, LongPoll, ProduceOutcome
+from gateway.handlers.data import Answered, ProduceOutcome
 from gateway.lean_stream import LeanSocketStream
 from gateway.limits.connections import ConnectionLimit
 from gateway.limits.quota import MUTE, Mute, with_quotas
-from gateway.lone_fetch import FetchTimer, LoneFetch
 from gateway.lone_produce import LoneProduce
 from gateway.security.listeners import ListenerSetup
 from gateway.security.ratelimit import RateLimitedLog
@@ -285,129 +283,98 @@ class Gateway:
         writer_finishes = sasl is None and self.ctx.authorizer is None
         lean = stream if isinstance(stream, LeanSocketStream) else None
         lone: LoneProduce | None = None  # a lone Produce its appends' end will answer
-        lone_fetch: LoneFetch | None = None  # the latest long poll answered in place
-        fetch_timer: FetchTimer | None = None  # its deadlines' task, started with the first
-        try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._write_responses, stream, receive_slots, idle, order)
-                nursery.start_soon(idle.watch)
-                async with send_slots:
-                    with idle.scope:
-                        mute = MUTE.get()
-                        while True:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._write_responses, stream, receive_slots, idle, order)
+            nursery.start_soon(idle.watch)
+            async with send_slots:
+                with idle.scope:
+                    mute = MUTE.get()
+                    while True:
+                        if mute is not None:
+                            await mute.wait()  # a client over its quota is not read from
+                        data = await stream.receive_some(_RECEIVE_BYTES)
+                        if not data:
+                            nursery.cancel_scope.cancel()  # the client is gone: drop its work
+                            return
+                        decoder.feed(bytes(data))
+                        while (frame := decoder.next_frame()) is not None:
                             if mute is not None:
-                                await mute.wait()  # a client over its quota is not read from
-                            data = await stream.receive_some(_RECEIVE_BYTES)
-                            if not data:
-                                nursery.cancel_scope.cancel()  # the client is gone: drop its work
-                                return
-                            decoder.feed(bytes(data))
-                            while (frame := decoder.next_frame()) is not None:
-                                if mute is not None:
-                                    await mute.wait()  # pipelined requests wait out a throttle
-                                produce = frame[:2] == _PRODUCE_KEY
-                                if not order.may_start(produce):
-                                    # Not read from meanwhile, as Kafka mutes a connection
-                                    # while it serves a request.
-                                    await order.drained()
-                                order.started(produce)
-                                slot = ResponseSlot()
-                                idle.request_started()
-                                # Nothing else in flight: the writer is idle, so a response
-                                # ready at once may go out from here, before any later one.
-                                alone = lean is not None and idle.in_flight == 1
-                                if not alone or (sasl is not None and not sasl.authenticated):
-                                    if lone is not None:  # its answer goes out before this one's
-                                        lone.to_writer()
-                                        lone = None
-                                    try:  # no pass through the scheduler unless the window is full
-                                        send_slots.send_nowait(slot)
-                                    except trio.WouldBlock:
-                                        await send_slots.send(slot)
-                                    alone = False
-                                if sasl is not None and not sasl.authenticated:
-                                    # Before authentication, one frame at a time: the next
-                                    # frame's meaning depends on this one's outcome.
-                                    await self._before_authentication(frame, slot, sasl)
-                                    if sasl.authenticated:
-                                        decoder.max_frame_bytes = self.settings.max_request_bytes
-                                    continue
-                                # Decoding and the handler's synchronous part run here, in
-                                # request order; only the waiting part runs as its own task.
-                                pending = self._start_request(frame, slot)
-                                if alone:
-                                    assert lean is not None
-                                    answered = None if pending is None else pending[1]
-                                    if isinstance(answered, Answered):
-                                        assert pending is not None
-                                        header = pending[0]
-                                        pending = None
-                                        if self._send_alone(lean, header, answered.response, slot):
-                                            # Sent whole: no slot, no wake-up of the writer.
-                                            order.settled()
-                                            idle.response_sent()
-                                            continue
-                                    elif isinstance(answered, ProduceOutcome):
-                                        assert pending is not None
-                                        lone = LoneProduce(
-                                            lean,
-                                            pending[0],
-                                            answered,
-                                            slot,
-                                            order,
-                                            idle,
-                                            send_slots,
-                                        )
-                                        if lone.start():
-                                            continue  # the writer is not woken for it at all
-                                        lone = None
-                                    elif isinstance(answered, LongPoll) and writer_finishes:
-                                        # Nothing else starts on this connection before it
-                                        # is answered (`order`): its data's arrival
-                                        # answers it, or `fetch_timer` at its deadline.
-                                        assert pending is not None
-                                        if fetch_timer is None:
-                                            fetch_timer = FetchTimer()
-                                            nursery.start_soon(fetch_timer.run)
-                                        lone_fetch = LoneFetch(
-                                            lean,
-                                            pending[0],
-                                            answered,
-                                            slot,
-                                            order,
-                                            idle,
-                                            send_slots,
-                                        )
-                                        lone_fetch.start(fetch_timer)
+                                await mute.wait()  # pipelined requests wait out a throttle
+                            produce = frame[:2] == _PRODUCE_KEY
+                            if not order.may_start(produce):
+                                # Not read from meanwhile, as Kafka mutes a connection
+                                # while it serves a request.
+                                await order.drained()
+                            order.started(produce)
+                            slot = ResponseSlot()
+                            idle.request_started()
+                            # Nothing else in flight: the writer is idle, so a response
+                            # ready at once may go out from here, before any later one.
+                            alone = lean is not None and idle.in_flight == 1
+                            if not alone or (sasl is not None and not sasl.authenticated):
+                                if lone is not None:  # its answer goes out before this one's
+                                    lone.to_writer()
+                                    lone = None
+                                try:  # no pass through the scheduler unless the window is full
+                                    send_slots.send_nowait(slot)
+                                except trio.WouldBlock:
+                                    await send_slots.send(slot)
+                                alone = False
+                            if sasl is not None and not sasl.authenticated:
+                                # Before authentication, one frame at a time: the next
+                                # frame's meaning depends on this one's outcome.
+                                await self._before_authentication(frame, slot, sasl)
+                                if sasl.authenticated:
+                                    decoder.max_frame_bytes = self.settings.max_request_bytes
+                                continue
+                            # Decoding and the handler's synchronous part run here, in
+                            # request order; only the waiting part runs as its own task.
+                            pending = self._start_request(frame, slot)
+                            if alone:
+                                assert lean is not None
+                                answered = None if pending is None else pending[1]
+                                if isinstance(answered, Answered):
+                                    assert pending is not None
+                                    header = pending[0]
+                                    pending = None
+                                    if self._send_alone(lean, header, answered.response, slot):
+                                        # Sent whole: no slot, no wake-up of the writer.
+                                        order.settled()
+                                        idle.response_sent()
                                         continue
-                                    send_slots.send_nowait(slot)  # the window is empty
-                                if pending is None:
-                                    continue
-                                header, awaitable = pending
-                                if isinstance(awaitable, ProduceOutcome):
-                                    # Answered in order anyway: the writer finishes it, which
-                                    # saves a task per request and lets one pass of the loop
-                                    # answer every Produce a group commit completed.
-                                    slot.pending = (header, awaitable)
-                                    slot.set_done()
-                                elif isinstance(awaitable, Answered):  # a Fetch with data at hand
-                                    self._fill_now(header, awaitable.response, slot)
-                                elif writer_finishes:
-                                    # The writer would wait for this response before any later
-                                    # one anyway: it runs the waiting part (a long-poll Fetch)
-                                    # itself, which saves a task and a wake-up per request.
-                                    slot.pending = pending
-                                    slot.set_done()
-                                else:  # wrapped ones may read the request's context variables
-                                    nursery.start_soon(self._finish_request, pending, slot)
-                    # Raised, not cancelled: the nursery cancels the requests and re-raises it.
-                    raise _CloseConnection(
-                        f"idle for {self.settings.connections_max_idle_ms} ms "
-                        f"(connections.max.idle.ms; {decoder.buffered} bytes of a request pending)"
-                    )
-        finally:
-            if lone_fetch is not None:  # the connection ended first
-                lone_fetch.close()
+                                elif isinstance(answered, ProduceOutcome):
+                                    assert pending is not None
+                                    lone = LoneProduce(
+                                        lean, pending[0], answered, slot, order, idle, send_slots
+                                    )
+                                    if lone.start():
+                                        continue  # the writer is not woken for it at all
+                                    lone = None
+                                send_slots.send_nowait(slot)  # the window is empty
+                            if pending is None:
+                                continue
+                            header, awaitable = pending
+                            if isinstance(awaitable, ProduceOutcome):
+                                # Answered in order anyway: the writer finishes it, which
+                                # saves a task per request and lets one pass of the loop
+                                # answer every Produce a group commit completed.
+                                slot.pending = (header, awaitable)
+                                slot.set_done()
+                            elif isinstance(awaitable, Answered):  # a Fetch with data at hand
+                                self._fill_now(header, awaitable.response, slot)
+                            elif writer_finishes:
+                                # The writer would wait for this response before any later
+                                # one anyway: it runs the waiting part (a long-poll Fetch)
+                                # itself, which saves a task and a wake-up per request.
+                                slot.pending = pending
+                                slot.set_done()
+                            else:  # wrapped ones may read the request's context variables
+                                nursery.start_soon(self._finish_request, pending, slot)
+                # Raised, not cancelled: the nursery cancels the requests and re-raises it.
+                raise _CloseConnection(
+                    f"idle for {self.settings.connections_max_idle_ms} ms "
+                    f"(connections.max.idle.ms; {decoder.buffered} bytes of a request pending)"
+                )
 
     async def _write_responses(
         self,

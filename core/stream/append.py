@@ -13,7 +13,7 @@ from ..api import AppendResult
 from ..cluster.fencing import FENCE
 from ..cluster.view import CLUSTER
 from ..errors import ErrorCode
-from ..partition import Partition, hold_wakes, release_wakes
+from ..partition import Partition
 from ..recordbatch import RecordBatchError, control_type, patch_base_offset, split_batches
 from ..segments.log import PendingAppend as LogAppend
 from ..shared_ints import shared
@@ -221,22 +221,17 @@ def start_append(
 
 
 def on_durable(appended: list[LogAppend]) -> None:
-    """A segment log fsync'd these appends: advance high watermarks, wake the producers.
-    Consumers answered in place wait for the end, when the whole group is visible."""
-    outer = hold_wakes()
-    try:
-        for pending in appended:
-            ticket = cast(Ticket, pending.token)
-            partition = ticket.partition
-            if ticket.end_offset > partition.reserved:  # not reserved yet: wait for the raise
-                if partition.deferred is None:
-                    partition.deferred = []
-                partition.deferred.append(ticket)
-                continue
-            partition.advance_high_watermark(ticket.end_offset)
-            ticket.finish()
-    finally:
-        release_wakes(outer)
+    """A segment log fsync'd these appends: advance high watermarks, wake the producers."""
+    for pending in appended:
+        ticket = cast(Ticket, pending.token)
+        partition = ticket.partition
+        if ticket.end_offset > partition.reserved:  # not reserved yet: wait for the raise
+            if partition.deferred is None:
+                partition.deferred = []
+            partition.deferred.append(ticket)
+            continue
+        partition.advance_high_watermark(ticket.end_offset)
+        ticket.finish()
 
 
 def release_deferred(partition: Partition) -> None:
@@ -244,17 +239,13 @@ def release_deferred(partition: Partition) -> None:
     that now lie below it (in offset order; the rest wait for the next raise)."""
     waiting: list[Ticket] = partition.deferred or []
     kept: list[Ticket] = []
-    outer = hold_wakes()
-    try:
-        for ticket in waiting:
-            if kept or ticket.end_offset > partition.reserved:
-                kept.append(ticket)
-                continue
-            partition.advance_high_watermark(ticket.end_offset)
-            ticket.finish()
-        partition.deferred = kept or None
-    finally:
-        release_wakes(outer)
+    for ticket in waiting:
+        if kept or ticket.end_offset > partition.reserved:
+            kept.append(ticket)
+            continue
+        partition.advance_high_watermark(ticket.end_offset)
+        ticket.finish()
+    partition.deferred = kept or None
 
 
 def fail_deferred(partition: Partition) -> None:

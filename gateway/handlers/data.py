@@ -19,7 +19,6 @@ from core.api import (
     StoreError,
     Topic,
     TopicError,
-    Waiter,
 )
 from core.cluster.view import CLUSTER
 from core.configs.produce_rules import Rewritten, apply_rules, rules_for
@@ -318,7 +317,10 @@ def fetch(
     if at_end is not None:
         # A consumer at the tail (the usual long poll): a first read would find nothing,
         # so the waiters go on at once and the only read is the one after the wake-up.
-        return LongPoll(ctx, header, body, read_committed, deadline, _watch_on(at_end))
+        at_tail = _watch_on(at_end)
+        return _LongPoll(
+            _fetch(ctx, header, body, max_bytes, read_committed, deadline, at_tail), at_tail
+        )
     first = _read_fetch_now(ctx, body, max_bytes, read_committed)
     watching: _Watch | None = None
     if first is not None:
@@ -326,81 +328,34 @@ def fetch(
         if total >= body.min_bytes or has_error or trio.current_time() >= deadline:
             version = header.api_version
             return Answered(encode_fetch_response(header.correlation_id, version, topics))
-        return LongPoll(ctx, header, body, read_committed, deadline, _watch(ctx, body))
+        watching = _watch(ctx, body)
+        return _LongPoll(
+            _fetch(ctx, header, body, max_bytes, read_committed, deadline, watching), watching
+        )
     return _fetch(ctx, header, body, max_bytes, read_committed, deadline, watching)
 
 
-class LongPoll:
-    """The waiting part of a Fetch whose waiters are on its partitions already.
+class _LongPoll:
+    """The waiting part of a Fetch whose waiters are on its partitions already. Awaited
+    once; or closed, never awaited (its connection went away first), which takes the
+    waiters off again."""
 
-    Either awaited once (the wait, then the read); or closed, never awaited (its
-    connection went away first), which takes the waiters off again; or answered in place:
-    `wait_with` puts another waiter (with `set()`) in the event's place, which calls
-    `answer_now` when woken or at `deadline`, and awaits `read_later` where that is None.
-    """
-
-    __slots__ = ("_ctx", "_header", "_body", "_read_committed", "deadline", "_watching")
+    __slots__ = ("_coroutine", "_watching")
 
     def __init__(
-        self,
-        ctx: GatewayContext,
-        header: RequestHeader,
-        body: Any,
-        read_committed: bool,
-        deadline: float,
-        watching: _Watch,
+        self, coroutine: Coroutine[Any, Any, list[bytes | memoryview]], watching: _Watch
     ) -> None:
-        self._ctx = ctx
-        self._header = header
-        self._body = body
-        self._read_committed = read_committed
-        self.deadline = deadline
+        self._coroutine = coroutine
         self._watching = watching
 
     def __await__(self) -> Generator[Any, None, list[bytes | memoryview]]:
-        max_bytes = getattr(self._body, "max_bytes", 0x7FFFFFFF)
-        return _fetch(
-            self._ctx,
-            self._header,
-            self._body,
-            max_bytes,
-            self._read_committed,
-            self.deadline,
-            self._watching,
-        ).__await__()
+        return self._coroutine.__await__()
 
     def close(self) -> None:
+        self._coroutine.close()
         event, watched = self._watching
         for partition in watched:
             partition.remove_waiter(event)
-
-    def wait_with(self, waiter: Waiter) -> None:
-        """Put `waiter` on the partitions instead of the event."""
-        event, watched = self._watching
-        for partition in watched:
-            partition.remove_waiter(event)
-            partition.add_waiter(waiter)
-
-    def stop_waiting(self, waiter: Waiter) -> None:
-        """Take `waiter` (given to `wait_with`) off the partitions."""
-        for partition in self._watching[1]:
-            partition.remove_waiter(waiter)
-
-    def answer_now(self) -> list[bytes | memoryview] | None:
-        """The response from what is at hand, without waiting; None when a batch must be
-        read from a file or tier 2 first (the poll is then awaited instead, and reads)."""
-        max_bytes = getattr(self._body, "max_bytes", 0x7FFFFFFF)
-        read = _read_fetch_now(self._ctx, self._body, max_bytes, self._read_committed)
-        if read is None:
-            return None
-        header = self._header
-        return encode_fetch_response(header.correlation_id, header.api_version, read[0])
-
-    def read_later(self) -> Coroutine[Any, Any, list[bytes | memoryview]]:
-        """The read `answer_now` could not do (then a wait, if it finds too little)."""
-        max_bytes = getattr(self._body, "max_bytes", 0x7FFFFFFF)
-        ctx, body, committed = self._ctx, self._body, self._read_committed
-        return _fetch(ctx, self._header, body, max_bytes, committed, self.deadline, None)
 
 
 async def _fetch(

@@ -13,10 +13,8 @@ from collections.abc import Callable
 from typing import Any
 
 import trio
-from support.in_place import FakeSocket as _Socket
-from support.in_place import OneInFlight
 
-from gateway.connection import encode_answer
+from gateway.connection import IdleTimer, ResponseSlot, Sequencer, encode_answer
 from gateway.lone_produce import LoneProduce
 from kafkawire.apis import ApiKey
 from kafkawire.codec import RequestHeader
@@ -52,11 +50,32 @@ class _Outcome:
         return True, self.response
 
 
-class _Connection(OneInFlight):
+class _Socket:
+    """A socket that takes `room` bytes per send (all when None), or is closed."""
+
+    def __init__(self, room: int | None = None, closed: bool = False) -> None:
+        self.room = room
+        self.closed = closed
+        self.sent: list[bytes] = []
+
+    def send_now(self, data: bytes) -> int:
+        if self.closed:
+            raise trio.ClosedResourceError("the stream is closed")
+        taken = data if self.room is None else data[: self.room]
+        self.sent.append(bytes(taken))
+        return len(taken)
+
+
+class _Connection:
     """A connection's state with one Produce started and in flight."""
 
     def __init__(self, outcome: _Outcome, socket: _Socket) -> None:
-        super().__init__(produce=True)
+        self.order = Sequencer()
+        self.idle = IdleTimer(60_000)
+        self.send, self.receive = trio.open_memory_channel[ResponseSlot](8)
+        self.slot = ResponseSlot()
+        self.order.started(True)
+        self.idle.request_started()
         self.lone = LoneProduce(
             socket,  # type: ignore[arg-type]  # what it uses of a LeanSocketStream
             _HEADER,
@@ -66,6 +85,18 @@ class _Connection(OneInFlight):
             self.idle,
             self.send,
         )
+
+    def handed_over(self) -> list[ResponseSlot]:
+        out = []
+        while True:
+            try:
+                out.append(self.receive.receive_nowait())
+            except trio.WouldBlock:
+                return out
+
+    @property
+    def settled(self) -> bool:
+        return self.order.unsettled == 0 and self.idle.in_flight == 0
 
 
 def _run(test: Callable[[], None]) -> None:
