@@ -385,11 +385,11 @@ class SegmentLog:
             for entry in iter_entries(data, f.base):
                 valid = entry.position - f.base + len(entry.batch)
                 yield entry
-            if valid < f.size:
-                if data.count(0, valid) == f.size - valid:  # the zero padding of a write
-                    log.debug("%s: cutting %d bytes of zeros", f.path, f.size - valid)
+            cut = f.size - valid
+            if cut:
+                if data.count(0, valid) == cut:  # the zero padding of a write
+                    log.debug("%s: cutting %d bytes of zeros", f.path, cut)
                 else:
-                    cut = f.size - valid
                     log.warning("%s: cutting %d bytes of torn or corrupt tail", f.path, cut)
                 os.ftruncate(f.fd, valid)
                 os.fsync(f.fd)
@@ -823,10 +823,9 @@ class SegmentLog:
         log.error("%s: write failed at %d: %s", self.directory, start, exc)
         failed = batch + self._queued
         self._queued_buffers, self._queued = [], []
-        self._padding = False
+        self._padding = False  # (so `zeroed` no longer matters)
         active = self._active
         if active is not None:
-            active.zeroed = min(active.zeroed, start - active.base)
             try:
                 os.ftruncate(active.fd, start - active.base)
             except OSError as trunc_exc:  # the cut is redone by replay on the next start
